@@ -1,0 +1,296 @@
+"""ClusterBootstrap: bare-metal hosts to an HA RKE2 cluster, over SSH.
+
+Per node, three host steps, each a separately re-runnable unit:
+  1. `<node>-prepare`    on the node: OS preparation (swap, kernel modules, sysctls, time, packages).
+  2. `<node>-rke2`       on the node: RKE2 config, join token (stdin, 0600), install/upgrade, start,
+                         wait until the node is registered. Delete: uninstall RKE2 from the host.
+  3. `<node>-membership` on the init server: wait for the Node object, reconcile its labels and
+                         taints (RKE2 applies them only at registration). Delete: cordon, drain
+                         (honouring PodDisruptionBudgets, bounded by a timeout), delete the Node.
+Order: the init server starts the cluster; the other servers join one after another (upstream
+warns against concurrent server joins: rancher/rke2#642, #1600); every agent joins in parallel as
+soon as the init server is up. The longest chain is prepare -> init -> each further server ->
+membership, which depends on the number of servers (1, 3 or 5), never on the number of nodes.
+
+Removing a node from the settings deletes its membership first (drain, delete Node), then its RKE2
+step (uninstall), because the membership depends on it; both are destructive deletes that also run
+first when the step is replaced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from components.remote import HostAccess, host_script
+from stacks.settings import ClusterSettings, NetworkSettings, NodeSettings
+
+API_PORT = 6443
+SUPERVISOR_PORT = 9345  # RKE2's registration (supervisor) port
+GPU_TAINT = "nvidia.com/gpu=true:NoSchedule"
+ROLE_LABEL = "ml-platform.io/role"
+CONFIG_DIR = "/etc/rancher/rke2"
+TOKEN_FILE = f"{CONFIG_DIR}/join-token"
+
+
+@dataclass(frozen=True)
+class ClusterBootstrapArgs:
+    cluster: ClusterSettings
+    network: NetworkSettings
+    nodes: Sequence[NodeSettings]
+    hosts: Mapping[str, HostAccess]
+    token: pulumi.Input[str]
+
+
+class ClusterBootstrap(pulumi.ComponentResource):
+    """Prepared hosts, an HA RKE2 cluster, its kubeconfig and a Kubernetes provider."""
+
+    prepared: dict[str, pulumi.Resource]
+    """The preparation step of each node, for other host steps on that node to wait for."""
+    joined: dict[str, pulumi.Resource]
+    """The RKE2 step of each node (done: RKE2 runs and the node is registered)."""
+    ready: list[pulumi.Resource]
+    """What in-cluster resources wait for: the API answers through the endpoint."""
+    kubeconfig: pulumi.Output[str]
+    provider: k8s.Provider
+    api_url: str
+
+    def __init__(self, name: str, args: ClusterBootstrapArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
+        super().__init__("mlplatform:cluster:ClusterBootstrap", name, None, opts)
+        cluster = args.cluster
+        servers = [n for n in args.nodes if n.control_plane]
+        init = next(n for n in servers if n.name == (cluster.init_server or servers[0].name))
+        init_host = args.hosts[init.name]
+        self.api_url = f"https://{cluster.api_endpoint}:{API_PORT}"
+
+        self.prepared = {
+            node.name: host_script(
+                f"{node.name}-prepare",
+                args.hosts[node.name],
+                "prepare-host.sh",
+                prepare_params(node, cluster, args.network),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            for node in args.nodes
+        }
+
+        # The init server first, then the other servers one at a time, then the agents in parallel.
+        self.joined = {}
+        previous_server: Optional[pulumi.Resource] = None
+        for node in [init] + [s for s in servers if s is not init]:
+            waits = [self.prepared[node.name]] + ([previous_server] if previous_server else [])
+            previous_server = self._rke2(node, node is init, args, waits)
+        for node in args.nodes:
+            if not node.control_plane:
+                self._rke2(node, False, args, [self.prepared[node.name], self.joined[init.name]])
+
+        read = host_script(
+            f"{name}-kubeconfig",
+            init_host,
+            "read-kubeconfig.sh",
+            {"API_ENDPOINT": cluster.api_endpoint, "API_PORT": str(API_PORT), "CLUSTER_NAME": cluster.name},
+            secret_output=True,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.joined[init.name]]),
+        )
+        self.kubeconfig = pulumi.Output.secret(read.stdout)
+        self.ready = [read]
+        # cluster_identifier: a re-read (rotated) kubeconfig updates the provider in place instead
+        # of replacing it, which would replace every Kubernetes object.
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=self.kubeconfig,
+            cluster_identifier=cluster.name,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+        for node in args.nodes:
+            host_script(
+                f"{node.name}-membership",
+                init_host,
+                "node-membership.sh",
+                membership_params(node),
+                delete_script="node-remove.sh",
+                delete_params={
+                    "NODE_NAME": node.name,
+                    "DRAIN": "true" if cluster.drain_on_remove else "false",
+                    "DRAIN_TIMEOUT": str(cluster.drain_timeout_seconds),
+                },
+                identity=[node.name],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.joined[node.name], self.joined[init.name]]),
+            )
+
+        self.register_outputs({"apiUrl": self.api_url, "kubeconfig": self.kubeconfig})
+
+    def _rke2(
+        self, node: NodeSettings, is_init: bool, args: ClusterBootstrapArgs, waits: list[pulumi.Resource]
+    ) -> pulumi.Resource:
+        cluster = args.cluster
+        step = host_script(
+            f"{node.name}-rke2",
+            args.hosts[node.name],
+            "rke2-install.sh",
+            rke2_params(node, is_init, cluster, args.network),
+            stdin=args.token,
+            delete_script="rke2-uninstall.sh",
+            identity=[node.name, node.address, "server" if node.control_plane else "agent"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
+        )
+        self.joined[node.name] = step
+        return step
+
+
+def prepare_params(node: NodeSettings, cluster: ClusterSettings, network: NetworkSettings) -> dict[str, str]:
+    return {
+        "NODE_NAME": node.name,
+        "OS_FAMILY": cluster.os_family,
+        "TIME_SERVERS": " ".join(cluster.time_servers),
+        "CIS_PROFILE": "true" if cluster.cis_profile else "false",
+        "CNI": network.cni,
+    }
+
+
+def node_labels(node: NodeSettings) -> dict[str, str]:
+    labels = {ROLE_LABEL: node.role}
+    if node.control_plane:
+        labels["ml-platform.io/control-plane"] = "true"
+    if node.gpu is not None:
+        labels["ml-platform.io/gpu-model"] = _label_value(node.gpu.model)
+        labels["ml-platform.io/gpu-count"] = str(node.gpu.count)
+    if node.storage_host:
+        labels["ml-platform.io/ceph-storage"] = "true"
+    labels.update(node.labels)
+    return labels
+
+
+def node_taints(node: NodeSettings) -> list[str]:
+    return [GPU_TAINT] if node.role == "gpu" else []
+
+
+def _label_value(text: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c in "-_." else "-" for c in text).strip("-_.")
+    return cleaned[:63].rstrip("-_.")
+
+
+def rke2_config(node: NodeSettings, is_init: bool, cluster: ClusterSettings, network: NetworkSettings) -> dict:
+    """`/etc/rancher/rke2/config.yaml` for one node; every key is an `rke2 server`/`rke2 agent` flag."""
+    config: dict = {
+        "token-file": TOKEN_FILE,
+        "node-name": node.name,
+        "node-ip": node.address,
+        # The role label is also reconciled after registration (membership step); RKE2 only
+        # applies node-label/node-taint when the node first registers (kubernetes#59314).
+        "node-label": [f"{k}={v}" for k, v in sorted(node_labels(node).items())],
+    }
+    if node_taints(node):
+        config["node-taint"] = node_taints(node)
+    if not is_init:
+        config["server"] = f"https://{cluster.api_endpoint}:{SUPERVISOR_PORT}"
+    if cluster.cis_profile:
+        config["profile"] = "cis"
+    if node.control_plane:
+        config.update(
+            {
+                "advertise-address": node.address,
+                "tls-san": [cluster.api_endpoint],
+                "cni": "none",  # NetworkFabric installs the CNI from its pinned chart
+                "cluster-cidr": network.cluster_cidr,
+                "service-cidr": network.service_cidr,
+                "disable-kube-proxy": network.kube_proxy_replacement and network.cni == "cilium",
+                "etcd-snapshot-schedule-cron": cluster.etcd_snapshots.schedule_cron,
+                "etcd-snapshot-retention": cluster.etcd_snapshots.retention,
+                "write-kubeconfig-mode": "0600",
+            }
+        )
+        if cluster.system_default_registry:
+            config["system-default-registry"] = cluster.system_default_registry
+    return config
+
+
+def registries_yaml(cluster: ClusterSettings) -> str:
+    """`/etc/rancher/rke2/registries.yaml`: containerd mirrors for air-gapped sites."""
+    if not cluster.registry_mirrors:
+        return ""
+    mirrors = {
+        registry: {"endpoint": list(endpoints)} for registry, endpoints in sorted(cluster.registry_mirrors.items())
+    }
+    return yaml.safe_dump({"mirrors": mirrors}, sort_keys=True)
+
+
+def kube_vip_manifest(cluster: ClusterSettings) -> str:
+    """A kube-vip static pod that holds the API/registration virtual IP on the servers (ARP,
+    leader election through the local API server)."""
+    vip = cluster.virtual_ip
+    if vip is None:
+        return ""
+    env = {
+        "address": cluster.api_endpoint,
+        "port": str(API_PORT),
+        "vip_interface": vip.interface,
+        "vip_arp": "true",
+        "vip_cidr": "32",
+        "cp_enable": "true",
+        "cp_namespace": "kube-system",
+        "vip_leaderelection": "true",
+        "vip_leasename": "plndr-cp-lock",
+        "vip_leaseduration": "5",
+        "vip_renewdeadline": "3",
+        "vip_retryperiod": "1",
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "kube-vip", "namespace": "kube-system"},
+        "spec": {
+            "hostNetwork": True,
+            "hostAliases": [{"ip": "127.0.0.1", "hostnames": ["kubernetes"]}],
+            "containers": [
+                {
+                    "name": "kube-vip",
+                    "image": vip.kube_vip_image,
+                    "args": ["manager"],
+                    "env": [{"name": k, "value": v} for k, v in env.items()],
+                    "securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_RAW"]}},
+                    "volumeMounts": [{"name": "kubeconfig", "mountPath": "/etc/kubernetes/admin.conf"}],
+                }
+            ],
+            "volumes": [{"name": "kubeconfig", "hostPath": {"path": f"{CONFIG_DIR}/rke2.yaml"}}],
+        },
+    }
+    return yaml.safe_dump(pod, sort_keys=False)
+
+
+def rke2_params(
+    node: NodeSettings, is_init: bool, cluster: ClusterSettings, network: NetworkSettings
+) -> dict[str, str]:
+    registration = "" if is_init else f"{cluster.api_endpoint}:{SUPERVISOR_PORT}"
+    return {
+        "NODE_NAME": node.name,
+        "RKE2_TYPE": "server" if node.control_plane else "agent",
+        "RKE2_VERSION": cluster.rke2_version,
+        "INSTALLER_URL": cluster.install.installer_url,
+        "ARTIFACT_URL": cluster.install.artifact_url or "",
+        "INSTALL_METHOD": cluster.install.method,
+        "RKE2_CONFIG": yaml.safe_dump(rke2_config(node, is_init, cluster, network), sort_keys=True),
+        "REGISTRIES_YAML": registries_yaml(cluster),
+        "KUBE_VIP_MANIFEST": kube_vip_manifest(cluster) if node.control_plane else "",
+        # The init server waits until the registration address answers (the VIP is up) before it
+        # reports done; joiners check it before they start.
+        "REGISTRATION_ADDRESS": f"{cluster.api_endpoint}:{SUPERVISOR_PORT}" if is_init else registration,
+        "JOIN_TIMEOUT": "900",
+    }
+
+
+def membership_params(node: NodeSettings) -> dict[str, str]:
+    # Admin-side labels may use the node-role.kubernetes.io prefix, which kubelets may not set.
+    labels = {**node_labels(node), f"node-role.kubernetes.io/{node.role}": "true"}
+    return {
+        "NODE_NAME": node.name,
+        "LABELS": " ".join(f"{k}={v}" for k, v in sorted(labels.items())),
+        "TAINTS": " ".join(node_taints(node)),
+        "REGISTER_TIMEOUT": "900",
+    }

@@ -1,0 +1,145 @@
+"""How a script runs on a host: the SSH connection, sudo, parameters, secrets and re-run rules.
+
+Every host step in this program goes through `host_script`, so the rules live in one place:
+- the script is a static file in `components/scripts/`, sent inline as `bash -c '<script>'`;
+- parameters are `VAR=value` assignments in front of it, each quoted with `shlex.quote`
+  (sshd's `AcceptEnv` usually refuses `environment=`);
+- secrets go on stdin, never on the command line, and commands whose output holds secrets do not log
+  and mark stdout/stderr secret;
+- a step re-runs exactly when its script or parameters change, never otherwise: `triggers` hold a
+  hash of them. A step with a destructive `delete` (uninstall, drain) must not be torn down because
+  its script changed: its triggers hold only its identity (host, address), a changed script is an
+  in-place update that runs the idempotent script again, and a changed identity replaces it with the
+  old one torn down first (`delete_before_replace`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import pulumi
+import pulumi_command as command
+
+from stacks.settings import Settings
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+# A single argv string is limited to 128 KiB on Linux (MAX_ARG_STRLEN); stay well below it.
+_MAX_COMMAND_BYTES = 100_000
+
+
+@dataclass(frozen=True)
+class HostAccess:
+    """How to reach one host over SSH."""
+
+    name: str
+    address: str
+    connection: command.remote.ConnectionArgs
+    sudo: bool
+
+
+def host_accesses(settings: Settings, private_key: pulumi.Input[str]) -> dict[str, HostAccess]:
+    """One SSH access per cluster node and NAS host, keyed by host name."""
+    ssh = settings.ssh
+    proxy = None
+    if ssh.bastion is not None:
+        proxy = command.remote.ProxyConnectionArgs(
+            host=ssh.bastion.host,
+            port=ssh.bastion.port,
+            user=ssh.bastion.user,
+            private_key=private_key,
+            host_key=ssh.bastion.host_key,
+            dial_error_limit=ssh.dial_error_limit,
+            per_dial_timeout=ssh.per_dial_timeout_seconds,
+        )
+    hosts = [(n.name, n.address, n.host_key) for n in settings.nodes]
+    hosts += [(h.name, h.address, h.host_key) for h in settings.nas.hosts]
+    return {
+        name: HostAccess(
+            name=name,
+            address=address,
+            connection=command.remote.ConnectionArgs(
+                host=address,
+                port=ssh.port,
+                user=ssh.user,
+                private_key=private_key,
+                host_key=host_key,
+                proxy=proxy,
+                dial_error_limit=ssh.dial_error_limit,
+                per_dial_timeout=ssh.per_dial_timeout_seconds,
+            ),
+            sudo=ssh.user != "root",
+        )
+        for name, address, host_key in hosts
+    }
+
+
+def script_text(script: str) -> str:
+    """The program that runs on the host: the shared helpers (`lib.sh`), then the script."""
+    return (SCRIPTS / "lib.sh").read_text() + "\n" + (SCRIPTS / script).read_text()
+
+
+def invocation(script: str, params: Mapping[str, str], sudo: bool) -> str:
+    """The shell command that runs `components/scripts/<script>` with `params` as variables."""
+    assignments = " ".join(f"{key}={shlex.quote(str(value))}" for key, value in sorted(params.items()))
+    body = f"bash -c {shlex.quote(script_text(script))} {shlex.quote(script)}"
+    if sudo:
+        cmd = f"sudo -n env {assignments} {body}" if assignments else f"sudo -n {body}"
+    else:
+        cmd = f"{assignments} {body}" if assignments else body
+    if len(cmd.encode()) > _MAX_COMMAND_BYTES:
+        raise ValueError(f"command for {script} is {len(cmd)} bytes; keep scripts and parameters under 100 kB")
+    return cmd
+
+
+def fingerprint(*parts: object) -> str:
+    """A short stable hash of the parts (script texts, parameters), for triggers and labels."""
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+
+
+def host_script(
+    resource_name: str,
+    host: HostAccess,
+    script: str,
+    params: Optional[Mapping[str, str]] = None,
+    *,
+    stdin: Optional[pulumi.Input[str]] = None,
+    delete_script: Optional[str] = None,
+    delete_params: Optional[Mapping[str, str]] = None,
+    identity: Sequence[str] = (),
+    secret_output: bool = False,
+    opts: Optional[pulumi.ResourceOptions] = None,
+) -> command.remote.Command:
+    """A `remote.Command` that runs `script` on `host`.
+
+    `identity`: values that, when they change, make this a different step (replace, not update).
+    `delete_script`: runs when the step is removed from the program (or replaced); it is the only
+    place destructive work may happen, and it runs before a replacement's create.
+    `stdin`: secret material for the script; it reads it from standard input.
+    """
+    params = dict(params or {})
+    create = invocation(script, params, host.sudo)
+    delete = invocation(delete_script, dict(delete_params or {}), host.sudo) if delete_script else None
+    options = pulumi.ResourceOptions(
+        delete_before_replace=delete is not None,
+        additional_secret_outputs=["stdout", "stderr"] if secret_output else None,
+    )
+    return command.remote.Command(
+        resource_name,
+        connection=host.connection,
+        create=create,
+        update=create,
+        delete=delete,
+        stdin=stdin,
+        # Non-destructive steps: re-run (replace) when the script or its parameters change.
+        # Destructive steps: replace only when their identity changes; other changes update in place.
+        triggers=[fingerprint(script, delete_script, *identity) if delete else fingerprint(create)],
+        logging=command.remote.Logging.NONE if secret_output else None,
+        add_previous_output_in_env=False,
+        opts=pulumi.ResourceOptions.merge(options, opts),
+    )

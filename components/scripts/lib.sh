@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2329  # the functions here are called by the scripts this is prepended to
+# Shared helpers, prepended to every host script by components/remote.py (one `bash -c` program).
+# Scripts log each change as "changed: ..." on stdout; a run that prints no such line changed nothing.
+set -euo pipefail
+
+changed() { echo "changed: $*"; }
+note() { echo "$*" >&2; }
+fail() { echo "error: $*" >&2; exit 1; }
+
+# write_file PATH MODE CONTENT: make PATH hold exactly CONTENT (plus a final newline) with MODE.
+# Returns 0 when it changed the file, 1 when the file was already right. Never prints CONTENT.
+write_file() {
+  local path=$1 mode=$2 content=$3 tmp
+  if [[ -f $path ]] && [[ "$(cat "$path")" == "$content" ]] && [[ "$(stat -c %a "$path")" == "${mode#0}" ]]; then
+    return 1
+  fi
+  install -d -m 0755 "$(dirname "$path")"
+  tmp=$(mktemp "$path.XXXXXX")
+  chmod "$mode" "$tmp"
+  printf '%s\n' "$content" >"$tmp"
+  mv -f "$tmp" "$path"
+  changed "wrote $path"
+}
+
+# remove_file PATH: delete PATH if it exists. Returns 0 when it removed it.
+remove_file() {
+  [[ -e $1 ]] || return 1
+  rm -f "$1"
+  changed "removed $1"
+}
+
+# wait_until SECONDS DESCRIPTION COMMAND...: retry COMMAND every 5 s until it succeeds or time runs out.
+wait_until() {
+  local timeout=$1 what=$2 deadline
+  shift 2
+  deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      fail "timed out after ${timeout}s waiting for $what"
+    fi
+    sleep 5
+  done
+}
+
+# RKE2's own kubectl and the admin kubeconfig it writes on servers.
+# shellcheck disable=SC2034
+KUBECTL=/var/lib/rancher/rke2/bin/kubectl
+# shellcheck disable=SC2034
+ADMIN_KUBECONFIG=/etc/rancher/rke2/rke2.yaml

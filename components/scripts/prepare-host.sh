@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Prepare a node for RKE2: hostname, swap off (and kept off), kernel modules, sysctls, time sync,
+# packages, NetworkManager kept away from CNI interfaces. Idempotent: a second run changes nothing.
+# Parameters: NODE_NAME OS_FAMILY (debian|rhel) TIME_SERVERS (space-separated) CIS_PROFILE CNI
+set -euo pipefail
+: "${NODE_NAME:?}" "${OS_FAMILY:?}" "${TIME_SERVERS=}" "${CIS_PROFILE:=false}" "${CNI:=cilium}"
+
+# Hostname: Kubernetes node names and host names should agree.
+if [[ "$(hostname)" != "$NODE_NAME" ]]; then
+  hostnamectl set-hostname "$NODE_NAME"
+  changed "hostname set to $NODE_NAME"
+fi
+
+# Swap off now, and kept off after a reboot (fstab entries commented, systemd swap units masked).
+if [[ -n "$(swapon --show --noheadings 2>/dev/null)" ]]; then
+  swapoff -a
+  changed "swap turned off"
+fi
+if grep -Eq '^[^#].*[[:space:]]swap[[:space:]]' /etc/fstab; then
+  sed -i -E 's/^([^#].*[[:space:]]swap[[:space:]].*)$/# \1 # disabled by ml-platform/' /etc/fstab
+  changed "swap entries in /etc/fstab commented out"
+fi
+if [[ "$(systemctl is-enabled swap.target 2>/dev/null || true)" != "masked" ]]; then
+  systemctl mask swap.target >/dev/null 2>&1
+  changed "swap.target masked"
+fi
+
+# Kernel modules for container networking, loaded now and at boot.
+write_file /etc/modules-load.d/ml-platform.conf 0644 $'overlay\nbr_netfilter' || true
+for module in overlay br_netfilter; do
+  if [[ ! -d /sys/module/$module ]]; then
+    modprobe "$module"
+    changed "loaded kernel module $module"
+  fi
+done
+
+# Sysctls: forwarding and bridge netfilter for Kubernetes; inotify limits for ML workloads
+# (data loaders, many watched files); CIS profile values that RKE2 checks when profile: cis.
+sysctls=$'net.ipv4.ip_forward = 1\nnet.bridge.bridge-nf-call-iptables = 1\nnet.bridge.bridge-nf-call-ip6tables = 1'
+sysctls+=$'\nfs.inotify.max_user_instances = 8192\nfs.inotify.max_user_watches = 1048576\nfs.file-max = 2097152'
+sysctls+=$'\nvm.max_map_count = 262144'
+if [[ $CIS_PROFILE == true ]]; then
+  sysctls+=$'\nvm.panic_on_oom = 0\nvm.overcommit_memory = 1\nkernel.panic = 10\nkernel.panic_on_oops = 1'
+fi
+if write_file /etc/sysctl.d/90-ml-platform.conf 0644 "$sysctls"; then
+  sysctl --system >/dev/null
+fi
+
+# The CIS profile runs etcd as its own user.
+if [[ $CIS_PROFILE == true ]] && ! id etcd >/dev/null 2>&1; then
+  useradd --system --comment "etcd user" --shell /sbin/nologin --no-create-home --user-group etcd
+  changed "created user etcd"
+fi
+
+# Packages: curl (RKE2 installer), chrony (time), iptables, lvm2 (Ceph OSDs), nvme-cli (tier-1),
+# jq and conntrack for operators.
+case $OS_FAMILY in
+  debian)
+    wanted=(curl ca-certificates chrony iptables conntrack lvm2 nvme-cli jq)
+    missing=()
+    for pkg in "${wanted[@]}"; do
+      dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+    done
+    if ((${#missing[@]})); then
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get update -q >/dev/null
+      apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+      changed "installed ${missing[*]}"
+    fi
+    chrony_conf=/etc/chrony/chrony.conf
+    chrony_unit=chrony
+    ;;
+  rhel)
+    wanted=(curl ca-certificates chrony iptables conntrack-tools lvm2 nvme-cli jq tar)
+    missing=()
+    for pkg in "${wanted[@]}"; do
+      rpm -q "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    if ((${#missing[@]})); then
+      dnf install -y -q "${missing[@]}" >/dev/null
+      changed "installed ${missing[*]}"
+    fi
+    chrony_conf=/etc/chrony.conf
+    chrony_unit=chronyd
+    ;;
+  *) fail "OS_FAMILY must be debian or rhel, got '$OS_FAMILY'" ;;
+esac
+
+# Time sync: chrony with the site's servers when settings give them (etcd and TLS need sane clocks).
+chrony_changed=false
+if [[ -n $TIME_SERVERS ]]; then
+  if ! grep -q '^sourcedir /etc/chrony/sources.d' "$chrony_conf"; then
+    printf '\n# added by ml-platform\nsourcedir /etc/chrony/sources.d\n' >>"$chrony_conf"
+    changed "chrony reads /etc/chrony/sources.d"
+    chrony_changed=true
+  fi
+  sources=""
+  for server in $TIME_SERVERS; do
+    sources+="server $server iburst"$'\n'
+  done
+  if write_file /etc/chrony/sources.d/ml-platform.sources 0644 "${sources%$'\n'}"; then
+    chrony_changed=true
+  fi
+fi
+if ! systemctl is-enabled --quiet "$chrony_unit" || ! systemctl is-active --quiet "$chrony_unit"; then
+  systemctl enable --now "$chrony_unit" >/dev/null 2>&1
+  changed "$chrony_unit enabled and started"
+elif [[ $chrony_changed == true ]]; then
+  systemctl restart "$chrony_unit"
+  changed "$chrony_unit restarted"
+fi
+
+# NetworkManager must not manage the CNI's interfaces (RKE2 known issue).
+if systemctl is-active --quiet NetworkManager; then
+  unmanaged="interface-name:cali*;interface-name:tunl*;interface-name:vxlan.calico;interface-name:vxlan-v6.calico"
+  unmanaged+=";interface-name:wireguard.cali;interface-name:wg-v6.cali;interface-name:cilium_*;interface-name:lxc*"
+  if write_file /etc/NetworkManager/conf.d/ml-platform-cni.conf 0644 $'[keyfile]\nunmanaged-devices='"$unmanaged"; then
+    systemctl reload NetworkManager
+  fi
+fi
+
+echo "host $NODE_NAME prepared (cni: $CNI)"

@@ -1,0 +1,197 @@
+"""Runs the real program on Pulumi's mock engine and records what the engine would receive.
+
+No CLI, no backend, no credentials, no network: `pulumi.runtime.set_mocks` replaces the engine, and a
+recording monitor keeps every `RegisterResource` request (type, name, parent, provider,
+dependencies, inputs). The offline preview (`stacks.plan`) and the tests share this module.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import pulumi
+import yaml
+from google.protobuf import json_format
+from pulumi.runtime import mocks
+from pulumi.runtime import settings as runtime_settings
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from stacks.settings import NAMESPACE
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = "ml-platform"
+
+# How the engine marks secret and unknown values in a RegisterResource request.
+_SECRET_SIG = "4dabf18193072939515e22adb298388d"
+_UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+SECRET = "[secret]"
+UNKNOWN = "[unknown]"
+
+# Required secrets that a checkout does not hold: the plan uses placeholders, marked secret.
+PLACEHOLDER_SECRETS = {f"{NAMESPACE}:sshPrivateKey": "placeholder-ssh-private-key"}
+
+
+@dataclass
+class Plan:
+    project: str
+    stack: str
+    resources: list[dict[str, Any]] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    # Inputs with secrets revealed, by URN: for tests that check what goes inside a secret (which
+    # host a connection targets, that a token travels on stdin). Never written out.
+    revealed: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def to_json(self) -> str:
+        doc = {"project": self.project, "stack": self.stack, "resources": self.resources, "outputs": self.outputs}
+        return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+    def by_type(self, type_: str) -> list[dict[str, Any]]:
+        return [r for r in self.resources if r["type"] == type_]
+
+    def named(self, name: str) -> dict[str, Any]:
+        matches = [r for r in self.resources if r["name"] == name]
+        if len(matches) != 1:
+            raise KeyError(f"{len(matches)} resources named {name!r}")
+        return matches[0]
+
+    def by_urn(self) -> dict[str, dict[str, Any]]:
+        return {r["urn"]: r for r in self.resources}
+
+
+def load_stack_config(stack: str, config_file: Optional[Path] = None) -> tuple[dict[str, str], list[str]]:
+    """Config as the CLI would hand it to the program: full keys, objects as JSON strings.
+
+    `secure:` values and missing required secrets become placeholders marked secret.
+    """
+    path = config_file or ROOT / f"Pulumi.{stack}.yaml"
+    doc = yaml.safe_load(path.read_text()) or {}
+    config: dict[str, str] = {}
+    secret_keys: list[str] = []
+    for key, value in (doc.get("config") or {}).items():
+        full = key if ":" in key else f"{PROJECT}:{key}"
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            config[full] = f"placeholder-{full.split(':', 1)[1]}"
+            secret_keys.append(full)
+        elif isinstance(value, str):
+            config[full] = value
+        else:
+            config[full] = json.dumps(value)
+    for full, placeholder in PLACEHOLDER_SECRETS.items():
+        if full not in config:
+            config[full] = placeholder
+            secret_keys.append(full)
+    return config, sorted(set(secret_keys))
+
+
+class _Mocks(mocks.Mocks):
+    """A preview: resources echo their inputs; every computed output stays unknown."""
+
+    def new_resource(self, args: mocks.MockResourceArgs) -> tuple[Optional[str], dict]:
+        return f"{args.name}-id", dict(args.inputs)
+
+    def call(self, args: mocks.MockCallArgs) -> tuple[dict, Optional[list[tuple[str, str]]]]:
+        return {}, None
+
+
+class _RecordingMonitor(mocks.MockMonitor):
+    def __init__(self) -> None:
+        super().__init__(_Mocks())
+        self.requests: list[dict[str, Any]] = []
+        self.revealed: dict[str, Any] = {}
+
+    def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            inputs = json_format.MessageToDict(request.object)
+            self.revealed[response.urn] = _reveal(inputs)
+            self.requests.append(
+                {
+                    "urn": response.urn,
+                    "type": request.type,
+                    "name": request.name,
+                    "custom": bool(request.custom),
+                    "parent": request.parent or None,
+                    "provider": request.provider.rsplit("::", 1)[0] if request.provider else None,
+                    "dependencies": sorted(set(request.dependencies)),
+                    "inputs": _clean(inputs),
+                }
+            )
+        return response
+
+
+def _clean(value: Any) -> Any:
+    """Inputs as a reviewer should see them: secrets and unknowns replaced, integral floats as ints."""
+    if isinstance(value, dict):
+        if _SECRET_SIG in value:
+            return SECRET
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if value == _UNKNOWN:
+        return UNKNOWN
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _reveal(value: Any) -> Any:
+    """Inputs with secret wrappers removed (unknowns still marked)."""
+    if isinstance(value, dict):
+        if _SECRET_SIG in value:
+            return _reveal(value.get("value"))
+        return {k: _reveal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_reveal(v) for v in value]
+    return _clean(value)
+
+
+def run(
+    stack: str,
+    config: dict[str, str],
+    secret_keys: list[str],
+    program: Optional[Callable[[], dict[str, Any]]] = None,
+) -> Plan:
+    """Evaluate `program` (default: the real one, `stacks.platform.run`) for `stack` on the mock engine."""
+    if program is None:
+        from stacks import platform
+
+        program = platform.run
+    runtime_settings.reset_options(project=PROJECT, stack=stack)
+    runtime_settings.set_root_resource(None)  # type: ignore[arg-type]
+    pulumi.runtime.set_all_config(config, secret_keys)
+    monitor = _RecordingMonitor()
+    pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=True, monitor=monitor)
+
+    outputs: dict[str, Any] = {}
+
+    async def evaluate() -> None:
+        for name, value in program().items():
+            outputs[name] = await _resolve(pulumi.Output.from_input(value))
+
+    _sync_await(run_pulumi_func(evaluate))
+    resources = sorted(monitor.requests, key=lambda r: r["urn"])
+    return Plan(
+        project=PROJECT,
+        stack=stack,
+        resources=resources,
+        outputs=dict(sorted(outputs.items())),
+        revealed=monitor.revealed,
+    )
+
+
+async def _resolve(output: pulumi.Output) -> Any:
+    if await output.is_secret():
+        return SECRET
+    if not await output.is_known():
+        return UNKNOWN
+    return _clean(await output.future())
+
+
+def evaluate_stack(stack: str, config_file: Optional[Path] = None) -> Plan:
+    config, secret_keys = load_stack_config(stack, config_file)
+    return run(stack, config, secret_keys)

@@ -1,0 +1,141 @@
+"""The stack level: compose the components in order and return the stack outputs.
+
+Order (DESIGN.md): hosts are prepared in parallel, the cluster is bootstrapped, its kubeconfig feeds
+the Kubernetes provider, the CNI makes nodes Ready, then operators and charts install in parallel
+where they are independent. Each component receives its slice of the settings and explicit
+dependencies; none reads the config itself.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import pulumi
+import pulumi_random as random
+
+from components.ceph_tier import CephTier, CephTierArgs
+from components.cluster import ClusterBootstrap, ClusterBootstrapArgs
+from components.gpu_pool import GpuPool, GpuPoolArgs
+from components.minio_tier import MinioTier, MinioTierArgs
+from components.network_fabric import NetworkFabric, NetworkFabricArgs
+from components.remote import host_accesses
+from components.scheduling_stack import SchedulingStack, SchedulingStackArgs
+from components.zabbix_monitoring import ZabbixMonitoring, ZabbixMonitoringArgs
+from stacks import outputs
+from stacks.settings import NAMESPACE, SECRET_KEYS, Settings, load
+
+
+@dataclass(frozen=True)
+class Secrets:
+    ssh_private_key: pulumi.Output[str]
+    rke2_token: Optional[pulumi.Output[str]]
+
+
+def run() -> dict[str, Any]:
+    """What `__main__.py` does: settings from the stack config, then the platform."""
+    settings = load(read_config())
+    config = pulumi.Config(NAMESPACE)
+    secrets = Secrets(
+        ssh_private_key=config.require_secret("sshPrivateKey"),
+        rke2_token=config.get_secret("rke2Token"),
+    )
+    return build(settings, secrets)
+
+
+def read_config() -> dict[str, Any]:
+    """Every non-secret `ml-platform:` key of the stack config, objects parsed from their JSON form."""
+    keys = set(pulumi.runtime.config.CONFIG.get()) | set(pulumi.runtime.config.get_config_env())
+    raw: dict[str, Any] = {}
+    for full_key in sorted(keys):
+        namespace, _, key = full_key.partition(":")
+        if namespace != NAMESPACE or key in SECRET_KEYS:
+            continue
+        value = pulumi.runtime.config.get_config(full_key)
+        try:
+            raw[key] = json.loads(value)
+        except (TypeError, ValueError):
+            raw[key] = value
+    return raw
+
+
+def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
+    """Create every component from validated settings; return the stack outputs."""
+    hosts = host_accesses(settings, secrets.ssh_private_key)
+    token = secrets.rke2_token
+    if token is None:
+        # Generated once and kept (secret) in the stack state; set ml-platform:rke2Token to bring your own.
+        token = random.RandomPassword("rke2-token", length=48, special=False).result
+
+    cluster = ClusterBootstrap(
+        "cluster",
+        ClusterBootstrapArgs(
+            cluster=settings.cluster,
+            network=settings.network,
+            nodes=settings.nodes,
+            hosts={n.name: hosts[n.name] for n in settings.nodes},
+            token=token,
+        ),
+    )
+    network = NetworkFabric(
+        "network",
+        NetworkFabricArgs(
+            network=settings.network,
+            cluster=settings.cluster,
+            charts=settings.charts,
+            gpu_nodes=settings.gpu_nodes,
+            hosts=hosts,
+            host_ready=cluster.prepared,
+            provider=cluster.provider,
+            cluster_ready=cluster.ready,
+        ),
+    )
+    in_cluster = [*cluster.ready, *network.ready]
+    GpuPool(
+        "gpu",
+        GpuPoolArgs(
+            gpu=settings.gpu,
+            charts=settings.charts,
+            gpu_nodes=settings.gpu_nodes,
+            hosts=hosts,
+            host_ready=cluster.prepared,
+            provider=cluster.provider,
+            cluster_ready=in_cluster,
+        ),
+    )
+    CephTier(
+        "ceph",
+        CephTierArgs(
+            ceph=settings.storage.ceph,
+            charts=settings.charts,
+            storage_hosts=settings.storage_hosts,
+            hosts=hosts,
+            host_ready=cluster.prepared,
+            provider=cluster.provider,
+            cluster_ready=in_cluster,
+        ),
+    )
+    MinioTier("minio", MinioTierArgs(minio=settings.storage.minio, nas=settings.nas, hosts=hosts))
+    SchedulingStack(
+        "scheduling",
+        SchedulingStackArgs(
+            scheduling=settings.scheduling, charts=settings.charts, provider=cluster.provider, cluster_ready=in_cluster
+        ),
+    )
+    ZabbixMonitoring(
+        "monitoring",
+        ZabbixMonitoringArgs(
+            monitoring=settings.monitoring,
+            charts=settings.charts,
+            hosts=hosts,
+            provider=cluster.provider,
+            cluster_ready=in_cluster,
+        ),
+    )
+    return outputs.finalize(
+        {
+            "apiEndpoint": cluster.api_url,
+            "kubeconfig": cluster.kubeconfig,
+        }
+    )

@@ -1,0 +1,71 @@
+"""Shared test machinery: the real program on Pulumi's mock engine (`stacks.engine`)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+import yaml
+
+from stacks import engine
+from stacks.settings import SettingsError, load
+
+ROOT = Path(__file__).resolve().parent.parent
+UPSTREAM = ROOT.parent / "shared" / "upstream"
+
+
+def stack_doc(stack: str) -> dict[str, Any]:
+    """The `config:` section of Pulumi.<stack>.yaml, keys without the namespace."""
+    doc = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+    return {key.split(":", 1)[1]: value for key, value in doc.items()}
+
+
+def evaluate(stack: str = "prod", mutate: Optional[Callable[[dict], Any]] = None) -> engine.Plan:
+    """Evaluate the real program for `stack`, after `mutate` edits its parsed config in place."""
+    raw = copy.deepcopy(stack_doc(stack))
+    if mutate is not None:
+        mutate(raw)
+    config = {f"ml-platform:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}
+    secret_keys = []
+    for full, placeholder in engine.PLACEHOLDER_SECRETS.items():
+        config.setdefault(full, placeholder)
+        secret_keys.append(full)
+    return engine.run(stack, config, secret_keys)
+
+
+def problems(stack: str = "prod", mutate: Optional[Callable[[dict], Any]] = None) -> list[str]:
+    """The settings problems for `stack` after `mutate`; [] when valid."""
+    raw = copy.deepcopy(stack_doc(stack))
+    if mutate is not None:
+        mutate(raw)
+    try:
+        load(raw)
+    except SettingsError as exc:
+        return exc.problems
+    return []
+
+
+def node_index(raw: dict, name: str) -> int:
+    return next(i for i, n in enumerate(raw["nodes"]) if n["name"] == name)
+
+
+@pytest.fixture(scope="session")
+def prod_plan() -> engine.Plan:
+    return evaluate("prod")
+
+
+@pytest.fixture(scope="session")
+def lab_plan() -> engine.Plan:
+    return evaluate("lab")
+
+
+def requires_upstream(*parts: str) -> Path:
+    """A file under ../shared/upstream, or skip the test with the reason when it is absent."""
+    path = UPSTREAM.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"upstream reference data not present: {path} (only in this workplace)")
+    return path

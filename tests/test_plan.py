@@ -1,0 +1,182 @@
+"""The offline preview: inventory shape, determinism, --diff, and what invalid settings get."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stacks import plan as plan_cli
+from stacks.engine import evaluate_stack
+from tests.conftest import ROOT, evaluate, stack_doc
+
+
+def test_prod_inventory_shape():
+    raw = stack_doc("prod")
+    nodes = raw["nodes"]
+    assert len(nodes) == 50
+    assert sum(n["role"] == "gpu" for n in nodes) == 15
+    assert sum(n["role"] == "cpu" for n in nodes) == 35
+    servers = [n for n in nodes if n.get("controlPlane")]
+    assert len(servers) == 3 and all(n["role"] == "cpu" for n in servers)
+    assert len(raw["nas"]["hosts"]) == 4
+    assert all("infiniband" in n for n in nodes if n["role"] == "gpu")
+
+
+def test_prod_plan_has_host_steps_for_every_host(prod_plan):
+    commands = {r["name"] for r in prod_plan.by_type("command:remote:Command")}
+    names = [n["name"] for n in stack_doc("prod")["nodes"]]
+    assert {f"{n}-prepare" for n in names} <= commands
+
+
+def test_lab_evaluates(lab_plan):
+    assert lab_plan.outputs["apiEndpoint"] == "https://192.168.50.11:6443"
+    assert {r["name"] for r in lab_plan.by_type("command:remote:Command")} >= {"lab-server-rke2", "lab-gpu-rke2"}
+
+
+def test_plan_json_is_deterministic(tmp_path):
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    assert plan_cli.main(["prod", "--out", str(first)]) == 0
+    assert plan_cli.main(["prod", "--out", str(second)]) == 0
+    assert first.read_bytes() == second.read_bytes()
+    doc = json.loads(first.read_text())
+    assert set(doc) == {"project", "stack", "resources", "outputs"}
+    urns = [r["urn"] for r in doc["resources"]]
+    assert urns == sorted(urns)
+    for resource in doc["resources"]:
+        assert set(resource) == {"urn", "type", "name", "custom", "parent", "provider", "dependencies", "inputs"}
+
+
+def test_plan_masks_secrets_and_unknowns(prod_plan):
+    text = prod_plan.to_json()
+    assert "placeholder-ssh-private-key" not in text
+    assert prod_plan.outputs["kubeconfig"] == "[secret]"
+    provider = prod_plan.by_type("pulumi:providers:kubernetes")[0]
+    assert provider["inputs"]["kubeconfig"] == "[secret]"
+
+
+def test_config_file_option_checks_an_edited_config(tmp_path, capsys):
+    doc = yaml.safe_load((ROOT / "Pulumi.lab.yaml").read_text())
+    doc["config"]["ml-platform:nodes"].append({"name": "lab-cpu-4", "address": "192.168.50.34", "role": "cpu"})
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "plan.json"
+    assert plan_cli.main(["lab", "--config", str(edited), "--out", str(out)]) == 0
+    names = {r["name"] for r in json.loads(out.read_text())["resources"]}
+    assert "lab-cpu-4-rke2" in names
+
+
+def test_diff_lists_added_removed_and_changed(tmp_path, capsys):
+    old = evaluate("lab")
+
+    def mutate(raw):
+        raw["nodes"] = [n for n in raw["nodes"] if n["name"] != "lab-cpu-3"]
+        raw["nodes"].append(
+            {"name": "lab-cpu-9", "address": "192.168.50.39", "role": "cpu", "osdDevices": [{"device": "/dev/sdb"}]}
+        )
+        raw["cluster"]["etcdSnapshots"]["retention"] = 14
+
+    new = evaluate("lab", mutate)
+    old_file, new_file = tmp_path / "old.json", tmp_path / "new.json"
+    old_file.write_text(old.to_json())
+    new_file.write_text(new.to_json())
+    result = plan_cli.diff(json.loads(old_file.read_text()), json.loads(new_file.read_text()))
+    assert any(u.endswith("::lab-cpu-9-rke2") for u in result["added"])
+    assert any(u.endswith("::lab-cpu-3-rke2") for u in result["removed"])
+    server = next(u for u in result["changed"] if u.endswith("::lab-server-rke2"))
+    assert "inputs.create" in result["changed"][server]
+    assert plan_cli.main(["--diff", str(old_file), str(new_file)]) == 0
+    printed = capsys.readouterr().out
+    assert "+ urn:" in printed and "- urn:" in printed and "~ urn:" in printed
+
+
+def _run_cli(tmp_path: Path, mutate) -> tuple[subprocess.CompletedProcess, Path]:
+    doc = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
+    mutate(doc["config"])
+    config = tmp_path / "bad.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "plan.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "stacks.plan", "prod", "--config", str(config), "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    return proc, out
+
+
+def _node(config: dict, name: str) -> dict:
+    return next(n for n in config["ml-platform:nodes"] if n["name"] == name)
+
+
+def test_gpu_node_without_infiniband_exits_2(tmp_path):
+    proc, out = _run_cli(tmp_path, lambda c: _node(c, "gpu-02").pop("infiniband"))
+    assert proc.returncode == 2 and not out.exists()
+    assert "nodes[36].infiniband: GPU node 'gpu-02' has no InfiniBand settings" in proc.stderr
+
+
+def test_two_control_plane_servers_exit_2(tmp_path):
+    proc, out = _run_cli(tmp_path, lambda c: _node(c, "cpu-03").update({"controlPlane": False}))
+    assert proc.returncode == 2 and not out.exists()
+    assert "nodes: 2 control-plane servers (cpu-01, cpu-02)" in proc.stderr
+
+
+def test_duplicated_address_exits_2(tmp_path):
+    proc, out = _run_cli(tmp_path, lambda c: _node(c, "cpu-09").update({"address": "10.20.1.11"}))
+    assert proc.returncode == 2 and not out.exists()
+    assert "nodes[8].address: '10.20.1.11' is used by more than one host" in proc.stderr
+
+
+def test_misspelled_key_exits_2(tmp_path):
+    proc, out = _run_cli(tmp_path, lambda c: _node(c, "cpu-01").update({"controlplane": True}))
+    assert proc.returncode == 2 and not out.exists()
+    assert "nodes[0].controlplane: unknown key (did you mean 'controlPlane'?)" in proc.stderr
+
+
+def test_invalid_settings_register_nothing():
+    from stacks.settings import SettingsError
+
+    def mutate(raw):
+        raw["nodes"][0]["address"] = "not-an-ip"
+
+    with pytest.raises(SettingsError):
+        evaluate("prod", mutate)
+    # The same machinery, with valid settings, registers resources; with invalid ones the
+    # program stops before the first registration (the monitor records nothing).
+    from stacks import engine
+
+    monitor_requests: list = []
+
+    class Recording(engine._RecordingMonitor):
+        def RegisterResource(self, request):  # noqa: N802
+            if request.type != "pulumi:pulumi:Stack":
+                monitor_requests.append(request.name)
+            return super().RegisterResource(request)
+
+    original = engine._RecordingMonitor
+    engine._RecordingMonitor = Recording
+    try:
+        with pytest.raises(SettingsError):
+            evaluate("prod", mutate)
+    finally:
+        engine._RecordingMonitor = original
+    assert monitor_requests == []
+
+
+def test_missing_stack_config_exits_2(capsys):
+    assert plan_cli.main(["nosuchstack"]) == 2
+
+
+def test_evaluate_stack_reads_secure_values_as_secrets(tmp_path):
+    doc = yaml.safe_load((ROOT / "Pulumi.lab.yaml").read_text())
+    doc["config"]["ml-platform:rke2Token"] = {"secure": "v1:AAAABBBB"}
+    config = tmp_path / "lab.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    plan = evaluate_stack("lab", config)
+    rke2 = plan.named("lab-server-rke2")
+    assert rke2["inputs"]["stdin"] == "[secret]"
+    assert plan.by_type("random:index/randomPassword:RandomPassword") == []

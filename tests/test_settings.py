@@ -1,0 +1,227 @@
+"""Settings validation: one test per rule; each message names the path and the fix."""
+
+from __future__ import annotations
+
+from tests.conftest import node_index, problems, stack_doc
+
+
+def only(found: list[str], path_prefix: str) -> str:
+    matching = [p for p in found if p.startswith(path_prefix)]
+    assert len(matching) == 1, f"expected one problem at {path_prefix}, got {found}"
+    return matching[0]
+
+
+def test_reference_environments_are_valid():
+    assert problems("prod") == []
+    assert problems("lab") == []
+
+
+def test_unknown_top_level_key_suggests_the_nearest():
+    found = problems(mutate=lambda raw: raw.update({"netwrok": {}}))
+    message = only(found, "ml-platform:netwrok")
+    assert "unknown key" in message and "did you mean 'network'" in message
+
+
+def test_unknown_nested_key_names_path_and_suggestion():
+    def mutate(raw):
+        raw["nodes"][37]["infiniband"]["adress"] = "10.30.0.99"
+
+    message = only(problems(mutate=mutate), "nodes[37].infiniband.adress")
+    assert "did you mean 'address'" in message
+    assert "valid keys here: address, interface, prefixLength" in message
+
+
+def test_types_are_checked():
+    def mutate(raw):
+        raw["nodes"][40]["gpu"]["count"] = "eight"
+        raw["ssh"]["port"] = "22"
+
+    found = problems(mutate=mutate)
+    assert "valid integer" in only(found, "nodes[40].gpu.count")
+    assert "'22'" in only(found, "ssh.port")
+
+
+def test_node_names_must_be_unique():
+    def mutate(raw):
+        raw["nodes"][5]["name"] = raw["nodes"][4]["name"]
+
+    found = problems(mutate=mutate)
+    assert "names must be unique" in only(found, "nodes[5].name")
+    assert "names must be unique" in only(found, "nodes[4].name")
+
+
+def test_addresses_must_be_unique_across_nodes_and_nas():
+    def mutate(raw):
+        raw["nas"]["hosts"][0]["address"] = raw["nodes"][30]["address"]
+
+    found = problems(mutate=mutate)
+    assert "addresses must be unique" in only(found, "nodes[30].address")
+    assert "addresses must be unique" in only(found, "nas.hosts[0].address")
+
+
+def test_ipv4_addresses_are_checked():
+    def mutate(raw):
+        raw["nodes"][37]["infiniband"]["address"] = "192.168.100.300"
+
+    message = only(problems(mutate=mutate), "nodes[37].infiniband.address")
+    assert message.startswith("nodes[37].infiniband.address: '192.168.100.300' is not an IPv4 address")
+
+
+def test_control_plane_count_must_be_odd():
+    def two_servers(raw):
+        raw["nodes"][node_index(raw, "cpu-03")]["controlPlane"] = False
+
+    message = only(problems(mutate=two_servers), "nodes:")
+    assert "2 control-plane servers" in message and "1, 3 or 5" in message
+
+    def four_servers(raw):
+        raw["nodes"][node_index(raw, "cpu-20")]["controlPlane"] = True
+
+    assert "4 control-plane servers" in only(problems(mutate=four_servers), "nodes:")
+
+
+def test_removing_a_server_must_leave_an_odd_number():
+    def remove_server(raw):
+        del raw["nodes"][node_index(raw, "cpu-02")]
+
+    assert "2 control-plane servers" in only(problems(mutate=remove_server), "nodes:")
+
+
+def test_control_plane_servers_are_cpu_nodes():
+    def mutate(raw):
+        raw["nodes"][node_index(raw, "cpu-03")]["controlPlane"] = False
+        raw["nodes"][node_index(raw, "gpu-01")]["controlPlane"] = True
+
+    i = node_index(stack_doc("prod"), "gpu-01")
+    assert "must be CPU nodes" in only(problems(mutate=mutate), f"nodes[{i}].controlPlane")
+
+
+def test_init_server_must_be_a_server():
+    found = problems(mutate=lambda raw: raw["cluster"].update({"initServer": "cpu-10"}))
+    assert "is not a control-plane node" in only(found, "cluster.initServer")
+
+
+def test_gpu_nodes_need_infiniband():
+    def mutate(raw):
+        del raw["nodes"][node_index(raw, "gpu-03")]["infiniband"]
+
+    i = node_index(stack_doc("prod"), "gpu-03")
+    message = only(problems(mutate=mutate), f"nodes[{i}].infiniband")
+    assert "GPU node 'gpu-03' has no InfiniBand settings" in message
+
+
+def test_cpu_nodes_have_no_infiniband():
+    def mutate(raw):
+        raw["nodes"][10]["infiniband"] = {"interface": "ib0", "address": "10.30.0.200"}
+
+    assert "InfiniBand is configured on GPU nodes only" in only(problems(mutate=mutate), "nodes[10].infiniband")
+
+
+def test_infiniband_addresses_are_unique():
+    def mutate(raw):
+        raw["nodes"][36]["infiniband"]["address"] = raw["nodes"][35]["infiniband"]["address"]
+
+    found = problems(mutate=mutate)
+    assert "more than one node" in only(found, "nodes[36].infiniband.address")
+
+
+def test_device_paths_are_absolute_dev_paths():
+    def mutate(raw):
+        raw["nodes"][40]["nvme"][0]["device"] = "nvme1n1"
+        raw["nodes"][5]["osdDevices"][0]["device"] = "/dev/../etc/passwd"
+        raw["nas"]["hosts"][1]["drives"][2] = "/mnt/sdd"
+
+    found = problems(mutate=mutate)
+    assert "not a device path" in only(found, "nodes[40].nvme[0].device")
+    assert "not a device path" in only(found, "nodes[5].osdDevices[0].device")
+    assert "not a device path" in only(found, "nas.hosts[1].drives[2]")
+
+
+def test_versions_are_pinned():
+    def mutate(raw):
+        raw["charts"]["gpuOperator"]["version"] = "latest"
+        raw["charts"]["kueue"]["version"] = ""
+        raw["cluster"]["rke2Version"] = "stable"
+
+    found = problems(mutate=mutate)
+    assert "not a pinned version" in only(found, "charts.gpuOperator.version")
+    assert "not a pinned version" in only(found, "charts.kueue.version")
+    assert "not a pinned version" in only(found, "cluster.rke2Version")
+
+
+def test_ports_in_range():
+    found = problems(mutate=lambda raw: raw["ssh"].update({"port": 70000}))
+    assert "less than or equal to 65535" in only(found, "ssh.port")
+
+
+def test_unknown_cni_names_the_field():
+    found = problems(mutate=lambda raw: raw["network"].update({"cni": "flannel"}))
+    message = only(found, "network.cni")
+    assert "'flannel' is not allowed; use 'cilium' or 'calico'" in message
+
+
+def test_pod_and_service_cidrs_must_not_overlap_or_hold_hosts():
+    def mutate(raw):
+        raw["network"]["serviceCidr"] = "10.42.128.0/17"
+        raw["network"]["clusterCidr"] = "10.0.0.0/8"
+
+    found = problems(mutate=mutate)
+    assert any(p.startswith("network.serviceCidr") and "overlaps" in p for p in found)
+    assert any(p.startswith("network.clusterCidr") and "contains node 'cpu-01'" in p for p in found)
+
+
+def test_prod_nodes_must_pin_host_keys():
+    def mutate(raw):
+        del raw["nodes"][node_index(raw, "gpu-07")]["hostKey"]
+
+    i = node_index(stack_doc("prod"), "gpu-07")
+    message = only(problems(mutate=mutate), f"nodes[{i}].hostKey")
+    assert "'gpu-07' has no pinned host key" in message and "allowUnpinnedHostKeys" in message
+
+
+def test_unpinned_host_keys_allowed_only_when_explicit():
+    def mutate(raw):
+        del raw["nodes"][0]["hostKey"]
+        raw["ssh"]["allowUnpinnedHostKeys"] = True
+
+    assert problems(mutate=mutate) == []
+
+
+def test_hardware_on_the_wrong_role_is_refused():
+    def mutate(raw):
+        raw["nodes"][20]["nvme"] = [{"device": "/dev/nvme1n1", "format": True}]
+        raw["nodes"][40]["osdDevices"] = [{"device": "/dev/sdb"}]
+
+    found = problems(mutate=mutate)
+    assert "tier-1 NVMe volumes live on GPU nodes only" in only(found, "nodes[20].nvme")
+    assert "Ceph OSDs run on CPU nodes only" in only(found, "nodes[40].osdDevices")
+
+
+def test_ceph_needs_three_storage_hosts_and_an_odd_mon_count():
+    def few_hosts(raw):
+        for node in raw["nodes"]:
+            if node["name"] not in ("cpu-04", "cpu-05"):
+                node.pop("osdDevices", None)
+
+    found = problems(mutate=few_hosts)
+    assert "2 Ceph storage host(s)" in only(found, "nodes:")
+    assert "only 2 storage hosts" in only(found, "storage.ceph.monCount")
+
+    found = problems(mutate=lambda raw: raw["storage"]["ceph"].update({"monCount": 4}))
+    assert "odd count of at least 3" in only(found, "storage.ceph.monCount")
+
+
+def test_all_problems_are_reported_at_once():
+    def mutate(raw):
+        raw["nodes"][1]["address"] = "10.20.1.300"
+        raw["nodes"][2]["role"] = "tpu"
+        raw["charts"]["volcano"]["version"] = "latest"
+        raw["clutser"] = {}
+
+    found = problems(mutate=mutate)
+    assert {p.split(":")[0] for p in found} >= {
+        "nodes[1].address",
+        "nodes[2].role",
+        "charts.volcano.version",
+        "ml-platform",
+    }
