@@ -45,6 +45,8 @@ class Plan:
     # Inputs with secrets revealed, by URN: for tests that check what goes inside a secret (which
     # host a connection targets, that a token travels on stdin). Never written out.
     revealed: dict[str, Any] = field(default_factory=dict, repr=False)
+    # Resource options the engine receives that are not inputs (deleteBeforeReplace, ...), by URN.
+    options: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def to_json(self) -> str:
         doc = {"project": self.project, "stack": self.stack, "resources": self.resources, "outputs": self.outputs}
@@ -103,12 +105,18 @@ class _RecordingMonitor(mocks.MockMonitor):
         super().__init__(_Mocks())
         self.requests: list[dict[str, Any]] = []
         self.revealed: dict[str, Any] = {}
+        self.options: dict[str, Any] = {}
 
     def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
         response = super().RegisterResource(request)
         if request.type != "pulumi:pulumi:Stack":
             inputs = json_format.MessageToDict(request.object)
             self.revealed[response.urn] = _reveal(inputs)
+            self.options[response.urn] = {
+                "deleteBeforeReplace": bool(request.deleteBeforeReplace),
+                "additionalSecretOutputs": sorted(request.additionalSecretOutputs),
+                "protect": bool(request.protect),
+            }
             self.requests.append(
                 {
                     "urn": response.urn,
@@ -181,6 +189,7 @@ def run(
         resources=resources,
         outputs=dict(sorted(outputs.items())),
         revealed=monitor.revealed,
+        options=monitor.options,
     )
 
 

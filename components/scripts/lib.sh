@@ -43,8 +43,8 @@ wait_until() {
   done
 }
 
-# RKE2's own kubectl and the admin kubeconfig it writes on servers.
+# RKE2's own kubectl and the admin kubeconfig it writes on servers (tests point them at stubs).
 # shellcheck disable=SC2034
-KUBECTL=/var/lib/rancher/rke2/bin/kubectl
+KUBECTL=${KUBECTL:-/var/lib/rancher/rke2/bin/kubectl}
 # shellcheck disable=SC2034
-ADMIN_KUBECONFIG=/etc/rancher/rke2/rke2.yaml
+ADMIN_KUBECONFIG=${ADMIN_KUBECONFIG:-/etc/rancher/rke2/rke2.yaml}

@@ -1,0 +1,266 @@
+"""ClusterBootstrap: host preparation, HA RKE2 order, secrets, node lifecycle (issue 3)."""
+
+from __future__ import annotations
+
+import shlex
+from functools import cache
+
+import yaml
+
+from components.cluster import GPU_TAINT
+from stacks import plan as plan_cli
+from stacks.engine import Plan
+from tests.conftest import evaluate, stack_doc
+
+COMMAND = "command:remote:Command"
+
+
+def params_of(command: str) -> dict[str, str]:
+    """The VAR=value parameters in front of `bash -c` in a host command."""
+    words = shlex.split(command)
+    if words[:3] == ["sudo", "-n", "env"]:
+        words = words[3:]
+    params = {}
+    for word in words:
+        if word == "bash":
+            break
+        key, _, value = word.partition("=")
+        params[key] = value
+    return params
+
+
+def commands(plan: Plan) -> dict[str, dict]:
+    return {r["name"]: r for r in plan.by_type(COMMAND)}
+
+
+def longest_host_chain(plan: Plan) -> int:
+    """The most host commands that must run one after another (through any resources between them)."""
+    by_urn = plan.by_urn()
+
+    @cache
+    def depth(urn: str) -> int:
+        resource = by_urn.get(urn)
+        if resource is None:
+            return 0
+        own = 1 if resource["type"] == COMMAND else 0
+        return own + max((depth(d) for d in resource["dependencies"]), default=0)
+
+    return max(depth(urn) for urn in by_urn)
+
+
+def test_one_preparation_command_per_node(prod_plan):
+    prepares = [name for name in commands(prod_plan) if name.endswith("-prepare")]
+    nodes = [n["name"] for n in stack_doc("prod")["nodes"]]
+    assert sorted(prepares) == sorted(f"{n}-prepare" for n in nodes)
+    # Preparation waits for nothing: all hosts are prepared in parallel.
+    for name in prepares:
+        assert commands(prod_plan)[name]["dependencies"] == []
+
+
+def test_init_server_first_then_servers_one_at_a_time(prod_plan):
+    cmds = commands(prod_plan)
+    urn = {name: r["urn"] for name, r in cmds.items()}
+    assert not any(d.endswith("-rke2") for d in cmds["cpu-01-rke2"]["dependencies"])
+    assert urn["cpu-01-rke2"] in cmds["cpu-02-rke2"]["dependencies"]
+    assert urn["cpu-02-rke2"] in cmds["cpu-03-rke2"]["dependencies"]
+    init_config = yaml.safe_load(params_of(cmds["cpu-01-rke2"]["inputs"]["create"])["RKE2_CONFIG"])
+    join_config = yaml.safe_load(params_of(cmds["cpu-02-rke2"]["inputs"]["create"])["RKE2_CONFIG"])
+    assert "server" not in init_config
+    assert join_config["server"] == "https://10.20.0.10:9345"
+
+
+def test_agents_wait_for_the_init_server_only(prod_plan):
+    cmds = commands(prod_plan)
+    servers = {"cpu-01", "cpu-02", "cpu-03"}
+    agents = [n["name"] for n in stack_doc("prod")["nodes"] if n["name"] not in servers]
+    for agent in agents:
+        waits = {d.rsplit("::", 1)[1] for d in cmds[f"{agent}-rke2"]["dependencies"]}
+        assert waits == {f"{agent}-prepare", "cpu-01-rke2", "rke2-token"}, agent
+
+
+def _grow(raw: dict, total: int) -> None:
+    """Extend the prod inventory with CPU and GPU agents up to `total` nodes."""
+    template_gpu = next(n for n in raw["nodes"] if n["role"] == "gpu")
+    i = 0
+    while len(raw["nodes"]) < total:
+        i += 1
+        if i % 3 == 0:
+            node = {**template_gpu, "name": f"gpu-x{i}", "address": f"10.21.{i // 200}.{i % 200 + 1}"}
+            node["infiniband"] = {**template_gpu["infiniband"], "address": f"10.32.{i // 200}.{i % 200 + 1}"}
+        else:
+            node = {"name": f"cpu-x{i}", "address": f"10.21.{i // 200}.{i % 200 + 1}", "role": "cpu"}
+        node["hostKey"] = template_gpu["hostKey"]
+        raw["nodes"].append(node)
+
+
+def test_longest_chain_does_not_grow_with_the_node_count(prod_plan):
+    big = evaluate("prod", lambda raw: _grow(raw, 200))
+    assert len(big.by_type(COMMAND)) > len(prod_plan.by_type(COMMAND)) + 400
+    # prepare -> init server -> cpu-02 -> cpu-03 -> membership
+    assert longest_host_chain(prod_plan) == 5
+    assert longest_host_chain(big) == longest_host_chain(prod_plan)
+
+
+def test_rke2_config_uses_real_keys(prod_plan):
+    cmds = commands(prod_plan)
+    server = yaml.safe_load(params_of(cmds["cpu-02-rke2"]["inputs"]["create"])["RKE2_CONFIG"])
+    assert server == {
+        "advertise-address": "10.20.1.12",
+        "cluster-cidr": "10.42.0.0/16",
+        "cni": "none",
+        "disable-kube-proxy": True,
+        "etcd-snapshot-retention": 28,
+        "etcd-snapshot-schedule-cron": "0 */6 * * *",
+        "node-ip": "10.20.1.12",
+        "node-label": ["ml-platform.io/control-plane=true", "ml-platform.io/role=cpu"],
+        "node-name": "cpu-02",
+        "server": "https://10.20.0.10:9345",
+        "service-cidr": "10.43.0.0/16",
+        "tls-san": ["10.20.0.10"],
+        "token-file": "/etc/rancher/rke2/join-token",
+        "write-kubeconfig-mode": "0600",
+    }
+    gpu = yaml.safe_load(params_of(cmds["gpu-01-rke2"]["inputs"]["create"])["RKE2_CONFIG"])
+    assert gpu["node-taint"] == [GPU_TAINT]
+    assert "ml-platform.io/role=gpu" in gpu["node-label"]
+    assert "cni" not in gpu and "tls-san" not in gpu  # server-only keys stay off agents
+    params = params_of(cmds["gpu-01-rke2"]["inputs"]["create"])
+    assert params["RKE2_VERSION"] == "v1.35.7+rke2r1" and params["RKE2_TYPE"] == "agent"
+
+
+def test_cis_profile_and_mirrors_reach_the_config():
+    def mutate(raw):
+        raw["cluster"]["cisProfile"] = True
+        raw["cluster"]["registryMirrors"] = {"docker.io": ["https://mirror.example.internal"]}
+        raw["cluster"]["systemDefaultRegistry"] = "registry.example.internal"
+
+    cmds = commands(evaluate("prod", mutate))
+    params = params_of(cmds["cpu-01-rke2"]["inputs"]["create"])
+    config = yaml.safe_load(params["RKE2_CONFIG"])
+    assert config["profile"] == "cis" and config["system-default-registry"] == "registry.example.internal"
+    assert yaml.safe_load(params["REGISTRIES_YAML"]) == {
+        "mirrors": {"docker.io": {"endpoint": ["https://mirror.example.internal"]}}
+    }
+    assert params_of(cmds["cpu-01-prepare"]["inputs"]["create"])["CIS_PROFILE"] == "true"
+
+
+def test_virtual_ip_runs_kube_vip_on_servers_only(prod_plan):
+    cmds = commands(prod_plan)
+    manifest = yaml.safe_load(params_of(cmds["cpu-02-rke2"]["inputs"]["create"])["KUBE_VIP_MANIFEST"])
+    env = {e["name"]: e["value"] for e in manifest["spec"]["containers"][0]["env"]}
+    assert env["address"] == "10.20.0.10" and env["vip_interface"] == "bond0" and env["cp_enable"] == "true"
+    assert params_of(cmds["gpu-01-rke2"]["inputs"]["create"])["KUBE_VIP_MANIFEST"] == ""
+
+
+def test_ssh_key_and_token_never_in_the_plan(tmp_path):
+    def with_token(raw):
+        raw["rke2Token"] = "token-that-must-not-leak"
+
+    plan = evaluate("prod", with_token)
+    text = plan.to_json()
+    assert "placeholder-ssh-private-key" not in text
+    assert "token-that-must-not-leak" not in text
+    assert plan.outputs["kubeconfig"] == "[secret]"
+    # The token travels on stdin (revealed only to this test), never on a command line.
+    rke2 = plan.named("gpu-01-rke2")
+    revealed = plan.revealed[rke2["urn"]]
+    assert revealed["stdin"] == "token-that-must-not-leak"
+    for cmd in plan.by_type(COMMAND):
+        for field in ("create", "update", "delete"):
+            assert "token-that-must-not-leak" not in str(plan.revealed[cmd["urn"]].get(field, ""))
+
+
+def test_kubeconfig_step_does_not_log_and_hides_its_output(prod_plan):
+    read = prod_plan.named("cluster-kubeconfig")
+    assert read["inputs"]["logging"] == "none"
+    assert {"stdout", "stderr"} <= set(prod_plan.options[read["urn"]]["additionalSecretOutputs"])
+    provider = prod_plan.by_type("pulumi:providers:kubernetes")[0]
+    assert provider["inputs"]["clusterIdentifier"] == "ml-prod"
+    assert read["urn"] in provider["dependencies"]
+
+
+def test_host_key_and_bastion_reach_the_connection(prod_plan):
+    node = next(n for n in stack_doc("prod")["nodes"] if n["name"] == "gpu-05")
+    connection = prod_plan.revealed[prod_plan.named("gpu-05-prepare")["urn"]]["connection"]
+    assert connection["host"] == node["address"]
+    assert connection["hostKey"] == node["hostKey"]
+    assert connection["user"] == "mlops"
+    assert connection["proxy"]["host"] == "10.20.0.5"
+    assert connection["proxy"]["hostKey"] == stack_doc("prod")["ssh"]["bastion"]["hostKey"]
+    assert connection["privateKey"] == "placeholder-ssh-private-key"
+    # A non-root user runs scripts through sudo.
+    assert prod_plan.named("gpu-05-prepare")["inputs"]["create"].startswith("sudo -n env ")
+
+
+def test_adding_a_node_changes_nothing_else(prod_plan):
+    def add(raw):
+        raw["nodes"].append(
+            {"name": "cpu-36", "address": "10.20.1.46", "role": "cpu", "hostKey": raw["nodes"][0]["hostKey"]}
+        )
+
+    grown = evaluate("prod", add)
+    result = plan_cli.diff(_doc(prod_plan), _doc(grown))
+    assert sorted(u.rsplit("::", 1)[1] for u in result["added"]) == [
+        "cpu-36-membership",
+        "cpu-36-prepare",
+        "cpu-36-rke2",
+    ]
+    assert result["removed"] == [] and result["changed"] == {} and result["outputs"] == []
+
+
+def test_removing_a_node_removes_only_its_resources(prod_plan):
+    def remove(raw):
+        raw["nodes"] = [n for n in raw["nodes"] if n["name"] != "cpu-30"]
+
+    shrunk = evaluate("prod", remove)
+    result = plan_cli.diff(_doc(prod_plan), _doc(shrunk))
+    assert sorted(u.rsplit("::", 1)[1] for u in result["removed"]) == [
+        "cpu-30-membership",
+        "cpu-30-prepare",
+        "cpu-30-rke2",
+    ]
+    assert result["added"] == [] and result["changed"] == {}
+
+
+def test_removal_drains_then_uninstalls_also_on_replace(prod_plan):
+    membership = prod_plan.named("cpu-30-membership")
+    rke2 = prod_plan.named("cpu-30-rke2")
+    # The membership depends on the RKE2 step, so the engine deletes it first: drain and delete
+    # the Node on the init server, then uninstall RKE2 on the host.
+    assert rke2["urn"] in membership["dependencies"]
+    assert params_of(membership["inputs"]["delete"]) == {"DRAIN": "true", "DRAIN_TIMEOUT": "900", "NODE_NAME": "cpu-30"}
+    assert '"$KUBECTL" drain' in membership["inputs"]["delete"]
+    assert "rke2-uninstall.sh" in rke2["inputs"]["delete"]
+    for resource in (membership, rke2):
+        assert prod_plan.options[resource["urn"]]["deleteBeforeReplace"] is True
+    # The membership runs on the init server, not on the node being removed.
+    assert prod_plan.revealed[membership["urn"]]["connection"]["host"] == "10.20.1.11"
+
+
+def test_script_changes_update_destructive_steps_in_place(prod_plan):
+    # Destructive steps are replaced only when their identity changes: their triggers do not hold
+    # the script, so a changed script is an update (no uninstall/drain).
+    def bump(raw):
+        raw["cluster"]["rke2Version"] = "v1.35.8+rke2r1"
+
+    bumped = evaluate("prod", bump)
+    before, after = prod_plan.named("gpu-01-rke2"), bumped.named("gpu-01-rke2")
+    assert before["inputs"]["triggers"] == after["inputs"]["triggers"]
+    assert before["inputs"]["create"] != after["inputs"]["create"]
+
+
+def test_label_changes_are_reconciled_on_existing_nodes(prod_plan):
+    def relabel(raw):
+        raw["nodes"][40]["labels"] = {"example.com/team": "vision"}
+
+    relabeled = evaluate("prod", relabel)
+    name = stack_doc("prod")["nodes"][40]["name"]
+    params = params_of(relabeled.named(f"{name}-membership")["inputs"]["create"])
+    assert "example.com/team=vision" in params["LABELS"].split()
+    assert params["TAINTS"] == GPU_TAINT
+    old = params_of(prod_plan.named(f"{name}-membership")["inputs"]["create"])
+    assert "example.com/team=vision" not in old["LABELS"]
+
+
+def _doc(plan: Plan) -> dict:
+    return {"resources": plan.resources, "outputs": plan.outputs}

@@ -1,0 +1,118 @@
+"""node-membership.sh and node-remove.sh against a stub kubectl (tests/stubs/kubectl)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from components.cluster import GPU_TAINT
+from components.remote import script_text
+
+STUB = Path(__file__).parent / "stubs" / "kubectl"
+
+
+class FakeCluster:
+    def __init__(self, tmp_path: Path, nodes: dict):
+        self.state = tmp_path / "state.json"
+        self.log = tmp_path / "kubectl.log"
+        self.state.write_text(json.dumps({"nodes": nodes}))
+        self.log.write_text("")
+
+    def run(self, script: str, **params: str) -> subprocess.CompletedProcess:
+        env = {
+            "PATH": os.environ["PATH"],
+            "KUBECTL": str(STUB),
+            "ADMIN_KUBECONFIG": "/dev/null",
+            "FAKE_STATE": str(self.state),
+            "FAKE_LOG": str(self.log),
+            **params,
+        }
+        return subprocess.run(["bash", "-c", script_text(script), script], env=env, capture_output=True, text=True)
+
+    def node(self, name: str) -> dict:
+        return json.loads(self.state.read_text())["nodes"].get(name)
+
+
+def blank_node(**extra) -> dict:
+    return {"labels": {}, "annotations": {}, "taints": [], "unschedulable": False, **extra}
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    nodes = {
+        "gpu-01": blank_node(taints=[{"key": "node.kubernetes.io/not-ready", "value": "", "effect": "NoSchedule"}])
+    }
+    return FakeCluster(tmp_path, nodes)
+
+
+def membership(cluster: FakeCluster, labels: str, taints: str) -> subprocess.CompletedProcess:
+    return cluster.run("node-membership.sh", NODE_NAME="gpu-01", LABELS=labels, TAINTS=taints, REGISTER_TIMEOUT="5")
+
+
+def test_membership_sets_labels_and_taints_then_changes_nothing(cluster):
+    first = membership(cluster, "ml-platform.io/role=gpu node-role.kubernetes.io/gpu=true", GPU_TAINT)
+    assert first.returncode == 0, first.stderr
+    node = cluster.node("gpu-01")
+    assert node["labels"] == {"ml-platform.io/role": "gpu", "node-role.kubernetes.io/gpu": "true"}
+    assert {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"} in node["taints"]
+    # Taints set by others (the node lifecycle controller) stay.
+    assert any(t["key"] == "node.kubernetes.io/not-ready" for t in node["taints"])
+    assert "changed: taint nvidia.com/gpu=true:NoSchedule" in first.stdout
+
+    second = membership(cluster, "ml-platform.io/role=gpu node-role.kubernetes.io/gpu=true", GPU_TAINT)
+    assert second.returncode == 0, second.stderr
+    assert "changed:" not in second.stdout
+    assert cluster.node("gpu-01") == node
+
+
+def test_membership_removes_what_settings_dropped_and_keeps_foreign_labels(cluster):
+    membership(cluster, "ml-platform.io/role=gpu example.com/team=vision", GPU_TAINT)
+    state = json.loads(cluster.state.read_text())
+    state["nodes"]["gpu-01"]["labels"]["kubernetes.io/hostname"] = "gpu-01"  # set by the kubelet
+    cluster.state.write_text(json.dumps(state))
+
+    result = membership(cluster, "ml-platform.io/role=gpu", "")
+    assert result.returncode == 0, result.stderr
+    node = cluster.node("gpu-01")
+    assert node["labels"] == {"ml-platform.io/role": "gpu", "kubernetes.io/hostname": "gpu-01"}
+    assert not any(t["key"] == "nvidia.com/gpu" for t in node["taints"])
+    assert "changed: removed label example.com/team" in result.stdout
+    assert "changed: removed taint nvidia.com/gpu" in result.stdout
+
+
+def test_membership_fails_when_the_node_never_registers(tmp_path):
+    cluster = FakeCluster(tmp_path, {})
+    result = membership(cluster, "ml-platform.io/role=gpu", GPU_TAINT)
+    assert result.returncode != 0
+    assert "timed out after 5s waiting for node gpu-01 to register" in result.stderr
+
+
+def test_remove_drains_then_deletes(cluster):
+    result = cluster.run("node-remove.sh", NODE_NAME="gpu-01", DRAIN="true", DRAIN_TIMEOUT="60")
+    assert result.returncode == 0, result.stderr
+    calls = [line.split()[0] for line in cluster.log.read_text().splitlines()]
+    assert calls == ["get", "cordon", "drain", "delete"]
+    drain = cluster.log.read_text().splitlines()[2]
+    assert "--ignore-daemonsets" in drain and "--timeout=60s" in drain
+    assert "--disable-eviction" not in drain and "--force" not in drain  # PodDisruptionBudgets are honoured
+    assert cluster.node("gpu-01") is None
+    again = cluster.run("node-remove.sh", NODE_NAME="gpu-01", DRAIN="true", DRAIN_TIMEOUT="60")
+    assert again.returncode == 0 and "nothing to do" in again.stdout
+
+
+def test_blocked_drain_fails_and_keeps_the_node(tmp_path):
+    cluster = FakeCluster(tmp_path, {"cpu-09": blank_node(annotations={"test/drain-blocked": "true"})})
+    result = cluster.run("node-remove.sh", NODE_NAME="cpu-09", DRAIN="true", DRAIN_TIMEOUT="60")
+    assert result.returncode != 0
+    assert "did not finish in 60s" in result.stderr
+    assert cluster.node("cpu-09")["unschedulable"] is True  # cordoned, not deleted
+
+
+def test_teardown_skips_the_drain(cluster):
+    result = cluster.run("node-remove.sh", NODE_NAME="gpu-01", DRAIN="false", DRAIN_TIMEOUT="60")
+    assert result.returncode == 0, result.stderr
+    assert [line.split()[0] for line in cluster.log.read_text().splitlines()] == ["get", "delete"]
