@@ -116,3 +116,51 @@ def test_teardown_skips_the_drain(cluster):
     result = cluster.run("node-remove.sh", NODE_NAME="gpu-01", DRAIN="false", DRAIN_TIMEOUT="60")
     assert result.returncode == 0, result.stderr
     assert [line.split()[0] for line in cluster.log.read_text().splitlines()] == ["get", "delete"]
+
+
+RKE2_YAML = """apiVersion: v1
+clusters:
+- cluster:
+    certificate-authority-data: Q0FEQVRB
+    server: https://127.0.0.1:6443
+  name: default
+contexts:
+- context:
+    cluster: default
+    user: default
+  name: default
+current-context: default
+kind: Config
+preferences: {}
+users:
+- name: default
+  user:
+    client-certificate-data: Q0VSVA==
+    client-key-data: S0VZ
+"""
+
+
+def test_read_kubeconfig_points_at_the_endpoint_and_names_the_cluster(tmp_path):
+    import yaml
+
+    admin = tmp_path / "rke2.yaml"
+    admin.write_text(RKE2_YAML)
+    cluster = FakeCluster(tmp_path, {})
+    result = cluster.run(
+        "read-kubeconfig.sh",
+        API_ENDPOINT="10.20.0.10",
+        API_PORT="6443",
+        CLUSTER_NAME="ml-prod",
+        TIMEOUT="5",
+        ADMIN_KUBECONFIG=str(admin),
+    )
+    assert result.returncode == 0, result.stderr
+    config = yaml.safe_load(result.stdout)
+    assert config["clusters"][0] == {
+        "cluster": {"certificate-authority-data": "Q0FEQVRB", "server": "https://10.20.0.10:6443"},
+        "name": "ml-prod",
+    }
+    assert config["contexts"][0] == {"context": {"cluster": "ml-prod", "user": "ml-prod"}, "name": "ml-prod"}
+    assert config["current-context"] == "ml-prod"
+    assert config["users"][0]["name"] == "ml-prod"
+    assert "get --raw=/readyz" in cluster.log.read_text()  # waited for the API through the endpoint

@@ -12,7 +12,7 @@ kubeconfig=$(mktemp)
 trap 'rm -f "$kubeconfig"' EXIT
 sed -E \
   -e "s#server: https://127\.0\.0\.1:[0-9]+#server: https://$API_ENDPOINT:$API_PORT#" \
-  -e "s#^(\s*(name|cluster|user|current-context)): default\$#\1: $CLUSTER_NAME#" \
+  -e "s#^([[:space:]]*(- )?(name|cluster|user|current-context)): default\$#\1: $CLUSTER_NAME#" \
   "$ADMIN_KUBECONFIG" >"$kubeconfig"
 wait_until "$TIMEOUT" "the API at https://$API_ENDPOINT:$API_PORT to answer" \
   "$KUBECTL" --kubeconfig "$kubeconfig" get --raw=/readyz

@@ -53,7 +53,7 @@ fi
 ping_registration() { curl -ksf --max-time 5 "https://$REGISTRATION_ADDRESS/ping"; }
 
 if ! systemctl is-active --quiet "$unit"; then
-  if [[ $RKE2_TYPE == agent || -n $REGISTRATION_ADDRESS ]] && grep -q '^server:' /etc/rancher/rke2/config.yaml; then
+  if grep -q '^server:' /etc/rancher/rke2/config.yaml; then
     wait_until "$JOIN_TIMEOUT" "the registration address $REGISTRATION_ADDRESS to answer" ping_registration
   fi
   note "starting $unit (a first server start takes a few minutes)"
