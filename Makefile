@@ -1,11 +1,13 @@
 # make plan [STACK=lab] [OUT=plan.json]  offline preview (creates the venv that Pulumi.yaml names)
-# make test                              lint + the whole test suite (what CI runs)
+# make test                              lint + workflow lint + the whole test suite (what CI runs)
 # make lint                              ruff
+# make lint-workflows                    .github/workflows/*.yml against the GitHub workflow schema
+# make install                           only the venv with the runtime requirements (what `pulumi up` uses)
 STACK ?= prod
 VENV := venv
 PY := $(VENV)/bin/python
 
-.PHONY: plan test lint
+.PHONY: plan test lint lint-workflows install
 
 $(VENV)/.runtime: requirements.txt
 	python3 -m venv $(VENV)
@@ -16,6 +18,8 @@ $(VENV)/.dev: requirements-dev.txt $(VENV)/.runtime
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
+install: $(VENV)/.runtime
+
 plan: $(VENV)/.runtime
 	$(PY) -m stacks.plan $(STACK) $(if $(OUT),--out $(OUT))
 
@@ -23,5 +27,9 @@ lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: lint
+# check-jsonschema ships SchemaStore's github-workflow schema in its wheel: it checks offline.
+lint-workflows: $(VENV)/.dev
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
+
+test: lint lint-workflows
 	$(PY) -m pytest -q

@@ -1,19 +1,50 @@
-"""CephTier: Tier 2: Rook-Ceph on the CPU nodes' disks, block and shared-filesystem storage classes.
+"""CephTier: tier 2, Rook-Ceph on the CPU nodes' disks; block (RBD) and shared (CephFS) storage classes.
 
-Not built yet: the component registers itself and nothing else until its issue is done.
+Two halves:
+- host: on every storage host, `ceph-osd-devices.sh` checks the devices settings list (Rook silently
+  skips a device that holds partitions or a filesystem) and wipes only those marked `wipe: true`,
+  never one that is already a Ceph OSD or in use;
+- cluster: the Rook operator chart (`rook-ceph`, with the Ceph-CSI drivers) and the cluster chart
+  (`rook-ceph-cluster`: CephCluster, one replicated block pool, one filesystem, both storage classes).
+
+Placement is explicit: OSDs only on the storage hosts and only on their listed devices
+(`useAllNodes`/`useAllDevices` off, or Rook would also take the GPU nodes' NVMe); MON, MGR, OSD and
+MDS pods only on nodes labelled `ml-platform.io/ceph-storage=true` (set by ClusterBootstrap on exactly
+those hosts); MONs and MGRs on distinct hosts. The CSI node plugins tolerate the GPU taint, so GPU
+pods can mount tier 2.
+
+Rook release line: v1.19. From v1.20 the operator chart no longer configures the CSI drivers; the
+node plugins' tolerations move to the separate `ceph-csi-drivers` chart (ceph-csi-operator), which
+is not in the reference data this project checks its values against. v1.19 sets them through the
+operator chart's `csi.pluginTolerations`, which Rook copies into the ceph-csi-operator's
+OperatorConfig and Driver resources. Settings refuse another Rook line (`stacks/settings.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence  # noqa: F401
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.remote import HostAccess
+from components.cluster import GPU_TAINT
+from components.helm import release
+from components.remote import HostAccess, host_script
 from stacks.settings import CephSettings, Charts, NodeSettings
+
+STORAGE_LABEL = "ml-platform.io/ceph-storage"  # set by ClusterBootstrap on every node with osdDevices
+OPERATOR_RELEASE = "rook-ceph"
+CLUSTER_RELEASE = "rook-ceph-cluster"
+# The RBD pool behind the block storage class. A fixed name: renaming the storage class in settings
+# must not create a new, empty pool.
+BLOCK_POOL = "tier2-rbd"
+DATA_POOL = "data0"  # the CephFS data pool; the chart names it "<filesystem>-data0"
+REPLICAS = 3
+MIN_SIZE = 2
+MGR_COUNT = 2
+DATA_DIR = "/var/lib/rook"
 
 
 @dataclass(frozen=True)
@@ -28,6 +59,300 @@ class CephTierArgs:
 
 
 class CephTier(pulumi.ComponentResource):
+    storage_classes: dict[str, str]
+    """`tier2Block` and `tier2Shared` -> StorageClass name (empty without storage hosts)."""
+    namespace: str
+    fault_tolerance: str
+    disk_steps: dict[str, pulumi.Resource]
+
     def __init__(self, name: str, args: CephTierArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("mlplatform:storage:CephTier", name, None, opts)
-        self.register_outputs({})
+        ceph = args.ceph
+        hosts = args.storage_hosts
+        self.fault_tolerance = fault_tolerance(len(hosts), ceph.mon_count)
+        self.disk_steps = {}
+        if not hosts:
+            # No node has osdDevices: this environment has no tier 2 (settings allow that).
+            self.storage_classes, self.namespace = {}, ""
+            self.register_outputs({"storageClasses": {}, "namespace": "", "faultTolerance": self.fault_tolerance})
+            return
+
+        self.namespace = ceph.namespace
+        self.storage_classes = {"tier2Block": ceph.block_storage_class, "tier2Shared": ceph.shared_storage_class}
+
+        # Host half: per storage host, in parallel, right after its preparation.
+        for node in hosts:
+            self.disk_steps[node.name] = host_script(
+                f"{node.name}-ceph-disks",
+                args.hosts[node.name],
+                "ceph-osd-devices.sh",
+                disk_params(node),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[args.host_ready[node.name]]),
+            )
+
+        # Cluster half: the operator (CRDs, CSI), then the cluster, once the disks are checked.
+        operator = release(
+            f"{name}-operator",
+            args.charts.rook_ceph,
+            release_name=OPERATOR_RELEASE,
+            namespace=ceph.namespace,
+            values=operator_values(),
+            provider=args.provider,
+            parent=self,
+            depends_on=list(args.cluster_ready),
+        )
+        release(
+            f"{name}-cluster",
+            args.charts.rook_ceph_cluster,
+            release_name=CLUSTER_RELEASE,
+            namespace=ceph.namespace,
+            values=cluster_values(ceph, hosts),
+            provider=args.provider,
+            parent=self,
+            depends_on=[operator, *self.disk_steps.values()],
+            # MONs, MGRs and the OSD prepare jobs come up before the chart's toolbox is Ready.
+            timeout_seconds=1800,
+        )
+        self.register_outputs(
+            {
+                "storageClasses": self.storage_classes,
+                "namespace": self.namespace,
+                "faultTolerance": self.fault_tolerance,
+            }
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Host half
+# ---------------------------------------------------------------------------------------------
+
+
+def disk_params(node: NodeSettings) -> dict[str, str]:
+    """Parameters of `ceph-osd-devices.sh` for one storage host. Device paths are validated in
+    settings (no spaces), so space-separated lists are unambiguous."""
+    return {
+        "NODE_NAME": node.name,
+        "DEVICES": " ".join(d.device for d in node.osd_devices),
+        "WIPE": " ".join(d.device for d in node.osd_devices if d.wipe),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Cluster half: Helm values (every key checked against ../shared/upstream in tests/test_ceph_tier.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def gpu_toleration() -> dict[str, str]:
+    """The toleration for ClusterBootstrap's GPU taint (`key=value:effect`)."""
+    key_value, effect = GPU_TAINT.rsplit(":", 1)
+    key, value = key_value.split("=", 1)
+    return {"key": key, "operator": "Equal", "value": value, "effect": effect}
+
+
+def storage_affinity() -> dict[str, Any]:
+    """Required node affinity: only the storage hosts (CPU nodes with osdDevices)."""
+    return {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": STORAGE_LABEL, "operator": "In", "values": ["true"]}]}]
+        }
+    }
+
+
+def operator_values() -> dict[str, Any]:
+    """Values of the `rook-ceph` operator chart (v1.19 line)."""
+    return {
+        "crds": {"enabled": True},
+        "csi": {
+            # The ceph-csi-operator path (v1.19's default): Rook writes these settings into the
+            # OperatorConfig and Driver resources that the ceph-csi-operator subchart reconciles.
+            "rookUseCsiOperator": True,
+            "enableRbdDriver": True,
+            "enableCephfsDriver": True,
+            "nfs": {"enabled": False},
+            # Node plugins (the DaemonSets that mount volumes) on every node, GPU nodes included.
+            # The provisioners keep no toleration: they run on CPU nodes.
+            "pluginTolerations": [gpu_toleration()],
+        },
+        "enableDiscoveryDaemon": False,  # devices are listed explicitly; nothing to discover
+        "monitoring": {"enabled": False},  # no Prometheus Operator; Zabbix scrapes the mgr module
+    }
+
+
+def split_image(image: str) -> tuple[str, str]:
+    """`quay.io/ceph/ceph:v20.2.4` -> (`quay.io/ceph/ceph`, `v20.2.4`). Settings guarantee a tag."""
+    repository, tag = image.rsplit(":", 1)
+    return repository, tag
+
+
+def replicated(**extra: Any) -> dict[str, Any]:
+    """A replicated pool spec: 3 copies on 3 hosts; I/O needs 2 (min_size), size 1 refused."""
+    return {
+        "failureDomain": "host",
+        "replicated": {"size": REPLICAS, "requireSafeReplicaSize": True},
+        # Pool properties Rook applies with `ceph osd pool set` (values are strings).
+        "parameters": {"min_size": str(MIN_SIZE)},
+        **extra,
+    }
+
+
+def ceph_cluster_spec(ceph: CephSettings, storage_hosts: Sequence[NodeSettings]) -> dict[str, Any]:
+    """`cephClusterSpec`: the chart renders it verbatim into the CephCluster's spec (merged over the
+    chart's defaults), so it is checked against the CephCluster CRD."""
+    return {
+        "dataDirHostPath": DATA_DIR,
+        "mon": {"count": ceph.mon_count, "allowMultiplePerNode": False},
+        "mgr": {"count": MGR_COUNT, "allowMultiplePerNode": False},
+        # Ceph-CSI keys the kernel clients on every node (kernels before 7.0) can use.
+        "security": {"cephx": {"csi": {"keyType": "aes"}}},
+        # Never destroy data on uninstall unless someone sets this by hand.
+        "cleanupPolicy": {"confirmation": ""},
+        # `all` applies to every Ceph daemon of the cluster: MON, MGR, OSD and its prepare jobs.
+        "placement": {"all": {"nodeAffinity": storage_affinity()}},
+        "storage": {
+            "useAllNodes": False,
+            "useAllDevices": False,
+            # Node names are the Kubernetes node names (RKE2 node-name = settings name).
+            "nodes": [
+                {"name": node.name, "devices": [{"name": d.device} for d in node.osd_devices]} for node in storage_hosts
+            ],
+        },
+        "disruptionManagement": {"managePodBudgets": True},
+    }
+
+
+def cluster_values(ceph: CephSettings, storage_hosts: Sequence[NodeSettings]) -> dict[str, Any]:
+    """Values of the `rook-ceph-cluster` chart: the cluster, one block pool, one filesystem."""
+    ns = ceph.namespace
+    repository, tag = split_image(ceph.ceph_image)
+    return {
+        "operatorNamespace": ns,
+        "clusterName": ns,
+        "cephImage": {"repository": repository, "tag": tag, "allowUnsupported": False},
+        # The toolbox gives operators the `ceph` CLI: kubectl -n <ns> exec deploy/rook-ceph-tools -- ceph status
+        "toolbox": {"enabled": True},
+        # No Prometheus Operator here: no ServiceMonitor/PrometheusRule. The mgr's Prometheus module
+        # stays on (metricsDisabled false) for Zabbix to scrape.
+        "monitoring": {"enabled": False, "metricsDisabled": False, "createPrometheusRules": False},
+        "cephClusterSpec": ceph_cluster_spec(ceph, storage_hosts),
+        "cephBlockPools": [
+            {
+                "name": BLOCK_POOL,
+                "spec": replicated(),
+                "storageClass": {
+                    "enabled": True,
+                    "name": ceph.block_storage_class,
+                    # The cluster's default class: PVCs without a class get durable block storage.
+                    "isDefault": True,
+                    # Tier 2 holds datasets and durable checkpoints: deleting a PVC keeps the volume.
+                    "reclaimPolicy": "Retain",
+                    "allowVolumeExpansion": True,
+                    "volumeBindingMode": "Immediate",
+                    "parameters": _csi_secrets("rbd", ns)
+                    | {"imageFormat": "2", "imageFeatures": "layering", "csi.storage.k8s.io/fstype": "ext4"},
+                },
+            }
+        ],
+        "cephFileSystems": [
+            {
+                "name": ceph.filesystem_name,
+                "spec": {
+                    "metadataPool": replicated(),
+                    "dataPools": [replicated(name=DATA_POOL)],
+                    "preserveFilesystemOnDelete": True,
+                    "metadataServer": {
+                        "activeCount": 1,
+                        "activeStandby": True,
+                        "placement": {"nodeAffinity": storage_affinity()},
+                        "priorityClassName": "system-cluster-critical",
+                    },
+                },
+                "storageClass": {
+                    "enabled": True,
+                    "name": ceph.shared_storage_class,
+                    "isDefault": False,
+                    "pool": DATA_POOL,
+                    "reclaimPolicy": "Retain",
+                    "allowVolumeExpansion": True,
+                    "volumeBindingMode": "Immediate",
+                    "parameters": _csi_secrets("cephfs", ns),
+                },
+            }
+        ],
+        # Not used: no object store, no snapshot classes (the chart's defaults would create an RGW).
+        "cephObjectStores": [],
+        "cephFileSystemVolumeSnapshotClass": {"enabled": False},
+        "cephBlockPoolsVolumeSnapshotClass": {"enabled": False},
+    }
+
+
+def _csi_secrets(driver: str, namespace: str) -> dict[str, str]:
+    """The Ceph-CSI secret references a Rook storage class needs (Rook creates these secrets)."""
+    prefix = "csi.storage.k8s.io"
+    provisioner, node = f"rook-csi-{driver}-provisioner", f"rook-csi-{driver}-node"
+    return {
+        f"{prefix}/provisioner-secret-name": provisioner,
+        f"{prefix}/provisioner-secret-namespace": namespace,
+        f"{prefix}/controller-expand-secret-name": provisioner,
+        f"{prefix}/controller-expand-secret-namespace": namespace,
+        f"{prefix}/controller-publish-secret-name": provisioner,
+        f"{prefix}/controller-publish-secret-namespace": namespace,
+        f"{prefix}/node-stage-secret-name": node,
+        f"{prefix}/node-stage-secret-namespace": namespace,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# What survives host losses (stack output `cephFaultTolerance`, README)
+# ---------------------------------------------------------------------------------------------
+
+
+def fault_tolerance(storage_hosts: int, mon_count: int) -> str:
+    """A plain statement of what survives one and two storage host losses with these settings."""
+    if storage_hosts == 0:
+        return "No Ceph tier: no node in settings has osdDevices."
+    mon_losses = (mon_count - 1) // 2
+    lines = [
+        f"Tier 2 keeps {REPLICAS} copies of every object on {REPLICAS} different hosts "
+        f"(failure domain host, min_size {MIN_SIZE}) across {storage_hosts} storage hosts, with {mon_count} MONs.",
+    ]
+    if storage_hosts > REPLICAS:
+        lines.append(
+            "One storage host down: no data loss and I/O continues; Ceph re-creates the missing copies "
+            "on the other hosts once the host's OSDs are marked out (10 minutes by default)."
+        )
+    else:
+        lines.append(
+            "One storage host down: no data loss and I/O continues on two copies; with only "
+            f"{storage_hosts} hosts there is nowhere to re-create the third copy, so pools stay degraded "
+            "until the host is back."
+        )
+    if storage_hosts >= REPLICAS + 2:
+        two = (
+            "pauses until Ceph has re-replicated them onto the remaining hosts (automatic, minutes to hours "
+            "depending on the data); afterwards all three copies are restored"
+        )
+    elif storage_hosts == REPLICAS + 1:
+        two = (
+            "pauses until Ceph has re-replicated them to a second copy; pools then stay degraded (two copies) "
+            "until a host is back"
+        )
+    else:
+        two = "pauses until one of the hosts is back: with one host left there is nowhere to re-replicate to"
+    lines.append(
+        "Two storage hosts down at once: no data loss (every object keeps at least one copy), but "
+        f"placement groups left with one copy fall below min_size {MIN_SIZE} and I/O to them {two}."
+    )
+    if mon_losses >= 2:
+        lines.append(f"MON quorum survives the loss of {mon_losses} MON hosts.")
+    else:
+        both = (
+            "every storage host runs a MON, so two lost hosts always take"
+            if mon_count >= storage_hosts
+            else "if both lost hosts run MONs they take"
+        )
+        lines.append(
+            f"MON quorum survives the loss of {mon_losses} MON host; {both} quorum with them and all tier-2 "
+            "I/O stops (no data loss) until one is back. 5 MONs (on at least 5 storage hosts) survive two."
+        )
+    lines.append("Three or more hosts down at once can lose data.")
+    return " ".join(lines)

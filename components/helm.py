@@ -22,11 +22,13 @@ def release(
     parent: pulumi.Resource,
     depends_on: Optional[Sequence[pulumi.Resource]] = None,
     timeout_seconds: int = 900,
+    opts: Optional[pulumi.ResourceOptions] = None,
 ) -> k8s.helm.v3.Release:
     """A `helm.v3.Release` of `chart` at its pinned version.
 
     `https://` repositories go through `repository_opts` (point them at a mirror in settings);
-    `oci://` repositories name the chart by its full reference.
+    `oci://` repositories name the chart by its full reference. `opts` adds resource options
+    (e.g. `protect`) to the parent, provider and dependencies given here.
     """
     if chart.repository.startswith("oci://"):
         chart_ref, repository_opts = f"{chart.repository}/{chart.name}", None
@@ -43,5 +45,7 @@ def release(
         values=values,
         timeout=timeout_seconds,
         cleanup_on_fail=True,
-        opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=list(depends_on or [])),
+        opts=pulumi.ResourceOptions.merge(
+            pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=list(depends_on or [])), opts
+        ),
     )

@@ -8,7 +8,7 @@ dependencies, inputs). The offline preview (`stacks.plan`) and the tests share t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -28,6 +28,7 @@ PROJECT = "ml-platform"
 
 # How the engine marks secret and unknown values in a RegisterResource request.
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"
+_SECRET_VALUE = "1b47061264138c4ac30d75fd1eb44270"
 _UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 SECRET = "[secret]"
 UNKNOWN = "[unknown]"
@@ -90,19 +91,43 @@ def load_stack_config(stack: str, config_file: Optional[Path] = None) -> tuple[d
     return config, sorted(set(secret_keys))
 
 
+@dataclass(frozen=True)
+class StackOutputs:
+    """The outputs of another stack, as a `pulumi.StackReference` to it reads them."""
+
+    values: Mapping[str, Any]
+    secret: frozenset[str] = frozenset()
+
+
 class _Mocks(mocks.Mocks):
-    """A preview: resources echo their inputs; every computed output stays unknown."""
+    """A preview: resources echo their inputs; every computed output stays unknown. A StackReference
+    reads the outputs given for its stack, the secret ones marked secret as the engine marks them."""
+
+    def __init__(self, stack_references: Mapping[str, StackOutputs]) -> None:
+        self.stack_references = stack_references
 
     def new_resource(self, args: mocks.MockResourceArgs) -> tuple[Optional[str], dict]:
+        if args.typ == "pulumi:pulumi:StackReference":
+            name = args.inputs["name"]
+            if name not in self.stack_references:
+                raise KeyError(f"StackReference to {name!r}: no such stack (known: {sorted(self.stack_references)})")
+            ref = self.stack_references[name]
+            values = {k: _secret(v) if k in ref.secret else v for k, v in ref.values.items()}
+            return name, {"name": name, "outputs": values, "secretOutputNames": sorted(ref.secret)}
         return f"{args.name}-id", dict(args.inputs)
 
     def call(self, args: mocks.MockCallArgs) -> tuple[dict, Optional[list[tuple[str, str]]]]:
         return {}, None
 
 
+def _secret(value: Any) -> dict[str, Any]:
+    """`value` marked secret, as the engine marks secret values it returns."""
+    return {_SECRET_SIG: _SECRET_VALUE, "value": value}
+
+
 class _RecordingMonitor(mocks.MockMonitor):
-    def __init__(self) -> None:
-        super().__init__(_Mocks())
+    def __init__(self, stack_references: Mapping[str, StackOutputs]) -> None:
+        super().__init__(_Mocks(stack_references))
         self.requests: list[dict[str, Any]] = []
         self.revealed: dict[str, Any] = {}
         self.options: dict[str, Any] = {}
@@ -163,17 +188,23 @@ def run(
     config: dict[str, str],
     secret_keys: list[str],
     program: Optional[Callable[[], dict[str, Any]]] = None,
+    *,
+    project: str = PROJECT,
+    stack_references: Optional[Mapping[str, StackOutputs]] = None,
 ) -> Plan:
-    """Evaluate `program` (default: the real one, `stacks.platform.run`) for `stack` on the mock engine."""
+    """Evaluate `program` (default: the real one, `stacks.platform.run`) for `stack` on the mock engine.
+
+    `project`: the program's project (its `pulumi.Config()` namespace); `stack_references`: the
+    outputs of the stacks it reads with `pulumi.StackReference`, by fully qualified stack name."""
     if program is None:
         from stacks import platform
 
         program = platform.run
-    runtime_settings.reset_options(project=PROJECT, stack=stack)
+    runtime_settings.reset_options(project=project, stack=stack)
     runtime_settings.set_root_resource(None)  # type: ignore[arg-type]
     pulumi.runtime.set_all_config(config, secret_keys)
-    monitor = _RecordingMonitor()
-    pulumi.runtime.set_mocks(monitor.mocks, project=PROJECT, stack=stack, preview=True, monitor=monitor)
+    monitor = _RecordingMonitor(stack_references or {})
+    pulumi.runtime.set_mocks(monitor.mocks, project=project, stack=stack, preview=True, monitor=monitor)
 
     outputs: dict[str, Any] = {}
 
@@ -184,7 +215,7 @@ def run(
     _sync_await(run_pulumi_func(evaluate))
     resources = sorted(monitor.requests, key=lambda r: r["urn"])
     return Plan(
-        project=PROJECT,
+        project=project,
         stack=stack,
         resources=resources,
         outputs=dict(sorted(outputs.items())),

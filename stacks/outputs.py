@@ -30,6 +30,43 @@ CONTRACT: tuple[OutputSpec, ...] = (
         True,
         "Admin kubeconfig for the cluster, pointing at `apiEndpoint`. Secret: read with `--show-secrets`.",
     ),
+    OutputSpec("gpuNodes", "list[string]", False, "Names of the GPU nodes."),
+    OutputSpec("gpuTotal", "integer", False, "Physical GPUs over all GPU nodes (sum of `nodes[].gpu.count`)."),
+    OutputSpec(
+        "gpuSchedulable",
+        "integer",
+        False,
+        "`nvidia.com/gpu` the scheduler offers: `gpuTotal`, times `gpu.timeSlicing.replicas` when time-slicing is on.",
+    ),
+    OutputSpec(
+        "storageClasses",
+        "map[string]",
+        False,
+        "StorageClass names by tier key; `tier1`: local NVMe on the GPU nodes (WaitForFirstConsumer, Delete); "
+        "`tier2Block`: Ceph RBD, ReadWriteOnce, expandable, cluster default (Retain); `tier2Shared`: CephFS, "
+        "ReadWriteMany, expandable (Retain). Tier-2 keys are absent when no node has `osdDevices`.",
+    ),
+    OutputSpec("cephNamespace", "string", False, "Namespace of Rook and the Ceph cluster (tier 2); empty without it."),
+    OutputSpec(
+        "cephFaultTolerance",
+        "string",
+        False,
+        "What tier 2 survives: one and two storage host losses, MON quorum (from the settings in force).",
+    ),
+    OutputSpec("cni", "string", False, "The pod network (Ethernet) CNI: `cilium` or `calico`."),
+    OutputSpec(
+        "rdmaResourceName",
+        "string",
+        False,
+        "Extended resource GPU pods request for RDMA over InfiniBand, e.g. `rdma/ib`; empty without GPU nodes.",
+    ),
+    OutputSpec(
+        "ibNetworkName",
+        "string",
+        False,
+        "Multus reference `<namespace>/<name>` of the secondary IPoIB network, for the pod annotation "
+        "`k8s.v1.cni.cncf.io/networks`; empty (never absent) when `network.infiniband.ipoibNetwork.enabled` is false.",
+    ),
 )
 
 

@@ -92,7 +92,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
         ),
     )
     in_cluster = [*cluster.ready, *network.ready]
-    GpuPool(
+    gpu = GpuPool(
         "gpu",
         GpuPoolArgs(
             gpu=settings.gpu,
@@ -102,9 +102,12 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             host_ready=cluster.prepared,
             provider=cluster.provider,
             cluster_ready=in_cluster,
+            # One NFD per cluster: the Network Operator's (NetworkFabric, deployed whenever there are
+            # GPU nodes) labels the NVIDIA GPUs the GPU Operator schedules its operands on.
+            deploy_nfd=False,
         ),
     )
-    CephTier(
+    ceph = CephTier(
         "ceph",
         CephTierArgs(
             ceph=settings.storage.ceph,
@@ -137,5 +140,15 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
         {
             "apiEndpoint": cluster.api_url,
             "kubeconfig": cluster.kubeconfig,
+            "gpuNodes": gpu.gpu_nodes,
+            "gpuTotal": gpu.gpu_total,
+            "gpuSchedulable": gpu.gpu_schedulable,
+            # One map for every tier's classes; each storage component contributes its keys.
+            "storageClasses": {**gpu.storage_classes, **ceph.storage_classes},
+            "cephNamespace": ceph.namespace,
+            "cephFaultTolerance": ceph.fault_tolerance,
+            "cni": network.cni,
+            "rdmaResourceName": network.rdma_resource_name,
+            "ibNetworkName": network.ib_network_name,
         }
     )

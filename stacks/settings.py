@@ -16,7 +16,7 @@ from collections import Counter
 from typing import Annotated, Any, Literal, Optional
 
 import pulumi
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 NAMESPACE = "ml-platform"
@@ -307,6 +307,32 @@ class IpoibNetwork(Model):
     name: Name = "ib-net"
     namespace: Name = "default"
     range: IPv4Network = "192.168.200.0/24"
+    # nv-ipam hands each GPU node a block of this many addresses from `range`.
+    per_node_block_size: int = Field(default=64, ge=2, le=65536)
+
+
+_CNIS = ("cilium", "calico")
+
+
+def _cni(value: Any) -> Any:
+    # Before the Literal check, so that a wrong value gets the whole story, not just the choices.
+    if value not in _CNIS:
+        raise ValueError(
+            f"{value!r} is not allowed; use 'cilium' or 'calico'. Choose it before the cluster's first "
+            "`pulumi up`: switching the CNI of a running cluster is unsupported upstream, and the CNI release "
+            "is protected, so a preview that would switch it fails (README: Network fabric)"
+        )
+    return value
+
+
+def _rdma_resource(value: str) -> str:
+    prefix, _, name = value.partition("/")
+    if not _HOSTNAME.match(prefix) or not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", name):
+        raise ValueError(
+            f"{value!r} is not an extended resource name; give '<prefix>/<name>', e.g. 'rdma/ib' "
+            "(the RDMA device plugin's resourcePrefix and resourceName)"
+        )
+    return value
 
 
 class InfinibandSettings(Model):
@@ -315,12 +341,14 @@ class InfinibandSettings(Model):
     # `inbox`: the distribution's rdma-core. `ofed`: NVIDIA's DOCA-OFED driver container, managed
     # by the Network Operator.
     host_stack: Literal["inbox", "ofed"] = "inbox"
-    rdma_resource_name: str = "rdma/ib"
+    # Tag of nvcr.io/nvidia/mellanox/doca-driver for host_stack `ofed` (the release's own, hack/release.yaml).
+    doca_driver_version: Version = "doca3.4.1-26.04-1.1.0.0-1"
+    rdma_resource_name: Annotated[str, AfterValidator(_rdma_resource)] = "rdma/ib"
     ipoib_network: IpoibNetwork = IpoibNetwork()
 
 
 class NetworkSettings(Model):
-    cni: Literal["cilium", "calico"] = "cilium"
+    cni: Annotated[Literal["cilium", "calico"], BeforeValidator(_cni)] = "cilium"
     cluster_cidr: IPv4Network = "10.42.0.0/16"
     service_cidr: IPv4Network = "10.43.0.0/16"
     kube_proxy_replacement: bool = True
@@ -342,6 +370,8 @@ class Tier1Settings(Model):
     storage_class_name: Name = "tier1-nvme"
     mount_root: str = Field(default="/mnt/local-nvme", pattern=r"^/[A-Za-z0-9._/-]+$")
     fs_type: Literal["xfs", "ext4"] = "xfs"
+    # Namespace of the local static provisioner (privileged: it mounts host paths and cleans volumes).
+    namespace: Name = "tier1-storage"
 
 
 class GpuSettings(Model):
@@ -400,9 +430,11 @@ class Charts(Model):
         version="2.9.0",
         repository="https://kubernetes-sigs.github.io/sig-storage-local-static-provisioner",
     )
-    rook_ceph: Chart = Chart(name="rook-ceph", version="v1.20.6", repository="https://charts.rook.io/release")
+    # Rook v1.19: its operator chart still sets the CSI node plugins' tolerations (csi.pluginTolerations);
+    # v1.20 moved them to the separate ceph-csi-drivers chart (components/ceph_tier.py, README "Tier 2").
+    rook_ceph: Chart = Chart(name="rook-ceph", version="v1.19.10", repository="https://charts.rook.io/release")
     rook_ceph_cluster: Chart = Chart(
-        name="rook-ceph-cluster", version="v1.20.6", repository="https://charts.rook.io/release"
+        name="rook-ceph-cluster", version="v1.19.10", repository="https://charts.rook.io/release"
     )
     volcano: Chart = Chart(name="volcano", version="1.15.1", repository="https://volcano-sh.github.io/helm-charts")
     kueue: Chart = Chart(name="kueue", version="0.19.2", repository="oci://registry.k8s.io/kueue/charts")
@@ -658,6 +690,15 @@ def _node_hardware_problems(s: Settings, add) -> None:
         for j, dev in enumerate(node.nvme):
             if dev.force and not dev.format:
                 add(f"nodes[{i}].nvme[{j}].force: force only applies with format: true; set format: true or drop force")
+        # Each tier-1 device is mounted at gpu.tier1.mountRoot/<device basename>: basenames must differ.
+        basenames = Counter(path.rsplit("/", 1)[1] for path in {d.device for d in node.nvme})
+        for j, dev in enumerate(node.nvme):
+            base = dev.device.rsplit("/", 1)[1]
+            if basenames[base] > 1:
+                add(
+                    f"nodes[{i}].nvme[{j}].device: {dev.device!r} has the same name {base!r} as another device on "
+                    f"{node.name!r}; both would mount at gpu.tier1.mountRoot/{base}; use paths whose last parts differ"
+                )
     for i, host in enumerate(s.nas.hosts):
         seen = Counter(host.drives)
         for j, drive in enumerate(host.drives):
@@ -677,7 +718,21 @@ def _network_problems(s: Settings, add) -> None:
                 f"network.{field}: {net} contains node {inside[0].name!r}'s address {inside[0].address} "
                 f"({len(inside)} node(s) in all); choose a range the hosts do not use"
             )
-    ipoib = s.network.infiniband.ipoib_network
+    # RKE2 (kube-controller-manager) and Cilium's cluster-pool IPAM give every node a /24 of clusterCidr.
+    if cluster.prefixlen > 24:
+        add(f"network.clusterCidr: {cluster} is smaller than one node's /24 pod range; use e.g. a /16")
+    elif len(s.nodes) > 2 ** (24 - cluster.prefixlen):
+        add(
+            f"network.clusterCidr: {cluster} holds {2 ** (24 - cluster.prefixlen)} per-node /24 pod ranges but "
+            f"there are {len(s.nodes)} nodes; choose a larger range (e.g. a /{24 - (len(s.nodes) - 1).bit_length()})"
+        )
+    ib = s.network.infiniband
+    if ib.mode == "datagram" and ib.mtu > 4092:
+        add(
+            f"network.infiniband.mtu: {ib.mtu} is above 4092, the largest IPoIB MTU in datagram mode; "
+            "lower it (2044 for a 2K IB MTU, 4092 for 4K) or set network.infiniband.mode: connected"
+        )
+    ipoib = ib.ipoib_network
     if ipoib.enabled:
         net = ipaddress.IPv4Network(ipoib.range)
         for node in s.nodes:
@@ -686,6 +741,23 @@ def _network_problems(s: Settings, add) -> None:
                     f"network.infiniband.ipoibNetwork.range: {net} contains the host IB address of {node.name!r} "
                     f"({node.infiniband.address}); pods would get addresses the hosts use"
                 )
+        gpu_nodes = s.gpu_nodes
+        if len(gpu_nodes) * ipoib.per_node_block_size > net.num_addresses - 2:
+            add(
+                f"network.infiniband.ipoibNetwork.perNodeBlockSize: {len(gpu_nodes)} GPU nodes x "
+                f"{ipoib.per_node_block_size} addresses do not fit in {net} ({net.num_addresses - 2} usable); "
+                "lower the block size or widen the range"
+            )
+        interfaces = Counter(n.infiniband.interface for n in gpu_nodes if n.infiniband)
+        if len(interfaces) > 1:
+            common = interfaces.most_common(1)[0][0]
+            for i, node in enumerate(s.nodes):
+                if node.infiniband and node.role == "gpu" and node.infiniband.interface != common:
+                    add(
+                        f"nodes[{i}].infiniband.interface: {node.infiniband.interface!r} differs from {common!r} "
+                        "on the other GPU nodes; the IPoIB network (network.infiniband.ipoibNetwork) attaches "
+                        "pods through one interface name on every GPU node: rename it (udev) or disable the network"
+                    )
 
 
 def _storage_problems(s: Settings, add) -> None:
@@ -702,3 +774,33 @@ def _storage_problems(s: Settings, add) -> None:
         add(f"storage.ceph.monCount: {mons}; MON quorum needs an odd count of at least 3 (3 or 5)")
     if mons > hosts:
         add(f"storage.ceph.monCount: {mons} MONs but only {hosts} storage hosts; MONs need distinct hosts, lower it")
+    ceph = s.storage.ceph
+    if ceph.block_storage_class == ceph.shared_storage_class:
+        add(
+            f"storage.ceph.sharedStorageClass: {ceph.shared_storage_class!r} is also the block storage class; "
+            "give the CephFS and RBD storage classes different names"
+        )
+    for field, name in (
+        ("blockStorageClass", ceph.block_storage_class),
+        ("sharedStorageClass", ceph.shared_storage_class),
+    ):
+        if name == s.gpu.tier1.storage_class_name:
+            add(f"storage.ceph.{field}: {name!r} is also gpu.tier1.storageClassName; give tier 2 its own name")
+    if not re.fullmatch(r"([^\s@]+/)?[^\s@:/]+:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", ceph.ceph_image):
+        add(
+            f"storage.ceph.cephImage: {ceph.ceph_image!r} is not '<repository>:<tag>'; give a pinned tag such as "
+            "'quay.io/ceph/ceph:v20.2.4' (the Rook cluster chart takes repository and tag separately)"
+        )
+    # The CephTier values are written for the Rook v1.19 charts (CSI tolerations in the operator chart).
+    for field, chart in (("rookCeph", s.charts.rook_ceph), ("rookCephCluster", s.charts.rook_ceph_cluster)):
+        if not re.fullmatch(r"v?1\.19\.\d+", chart.version):
+            add(
+                f"charts.{field}.version: {chart.version!r} is not a Rook v1.19 release; this program configures "
+                "Ceph-CSI through the v1.19 operator chart (v1.20 moved it to the ceph-csi-drivers chart), "
+                "use e.g. 'v1.19.10'"
+            )
+    if s.charts.rook_ceph.version != s.charts.rook_ceph_cluster.version:
+        add(
+            f"charts.rookCephCluster.version: {s.charts.rook_ceph_cluster.version!r} differs from "
+            f"charts.rookCeph.version {s.charts.rook_ceph.version!r}; install both charts of the same Rook release"
+        )

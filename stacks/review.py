@@ -1,0 +1,180 @@
+"""What a change does to every stack, for reviewers without credentials (the pull-request step).
+
+    python -m stacks.review --base REV [--head REV] [--stack prod --stack lab] [--out DIR] [--summary FILE]
+
+For each stack, the offline preview (`python -m stacks.plan STACK --out`) of the base revision and of
+the head, each run with the planner of its own revision in a copy exported with `git archive` (the
+head is the working tree when --head is not given), then `python -m stacks.plan --diff BASE HEAD`
+with the head's planner. Writes the plans, the diffs and a Markdown report to --out and appends the
+report to --summary (e.g. `$GITHUB_STEP_SUMMARY`).
+
+A base that cannot be planned is reported, not an error: a stack that is new in the change is diffed
+against an empty plan; a base without the planner, or whose settings were invalid, gets no diff.
+Exit status 1 when a head cannot be planned: the change breaks that stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from stacks.engine import PROJECT, ROOT
+
+STACKS = ("prod", "lab")
+# GitHub refuses a job summary over 1 MiB and truncates comments at 64 KiB: keep each stack's diff short
+# and point at the artifact for the rest.
+MAX_DIFF_LINES = 300
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of the comparison: a revision exported to a directory, or the working tree."""
+
+    label: str
+    tree: Path
+
+
+@dataclass(frozen=True)
+class StackReview:
+    stack: str
+    ok: bool  # False: the head cannot be planned
+    summary: str  # the diff's first line, or why there is no diff
+    diff: str  # the whole diff text ("" when there is none)
+    note: str = ""
+
+
+def git(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=True)
+
+
+def export(rev: str, dest: Path) -> Side:
+    """The tree of `rev` (read-only: `git archive`, no worktree, no checkout) extracted into `dest`."""
+    commit = git("rev-parse", "--verify", f"{rev}^{{commit}}").stdout.decode().strip()
+    archive = git("archive", "--format=tar", commit).stdout
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    return Side(label=commit[:12], tree=dest)
+
+
+def working_tree() -> Side:
+    """The checkout this module runs from, labelled with its commit (and whether it has edits)."""
+    commit = git("rev-parse", "HEAD").stdout.decode().strip()
+    edited = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    return Side(label=commit[:12] + (" + uncommitted changes" if edited else ""), tree=ROOT)
+
+
+def _env() -> dict[str, str]:
+    # The planner of each revision must import its own `stacks`, found from its working directory.
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
+
+def plan(side: Side, stack: str, out: Path) -> Optional[str]:
+    """Write the offline plan of `stack` at `side` to `out`; None when it worked, else why not."""
+    if not (side.tree / "stacks" / "plan.py").exists():
+        return f"{side.label} has no offline planner (stacks/plan.py)"
+    result = subprocess.run(
+        [sys.executable, "-m", "stacks.plan", stack, "--out", str(out)],
+        cwd=side.tree,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if result.returncode != 0:
+        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
+        return f"`python -m stacks.plan {stack}` at {side.label} exited with {result.returncode}:\n{tail}"
+    return None
+
+
+def empty_plan(stack: str) -> str:
+    return json.dumps({"project": PROJECT, "stack": stack, "resources": [], "outputs": {}}) + "\n"
+
+
+def review_stack(stack: str, base: Side, head: Side, out: Path) -> StackReview:
+    head_json, base_json = out / f"plan-{stack}-head.json", out / f"plan-{stack}-base.json"
+    if not (head.tree / f"Pulumi.{stack}.yaml").exists():
+        return StackReview(stack, True, f"no `Pulumi.{stack}.yaml` at {head.label}: the stack is not planned", "")
+    problem = plan(head, stack, head_json)
+    if problem is not None:
+        return StackReview(stack, False, f"the change breaks `{stack}`", "", problem)
+    note = ""
+    if not (base.tree / f"Pulumi.{stack}.yaml").exists():
+        base_json.write_text(empty_plan(stack))
+        note = f"`Pulumi.{stack}.yaml` does not exist at {base.label}: the stack is new, compared with an empty plan"
+    else:
+        problem = plan(base, stack, base_json)
+        if problem is not None:
+            return StackReview(stack, True, f"no diff: the base {base.label} cannot be planned", "", problem)
+    result = subprocess.run(
+        [sys.executable, "-m", "stacks.plan", "--diff", str(base_json), str(head_json)],
+        cwd=head.tree,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if result.returncode != 0:
+        return StackReview(stack, False, "the diff failed", "", result.stderr.strip())
+    text = result.stdout.rstrip("\n")
+    (out / f"diff-{stack}.txt").write_text(text + "\n")
+    return StackReview(stack, True, text.splitlines()[0], text, note)
+
+
+def markdown(reviews: list[StackReview], base: Side, head: Side) -> str:
+    lines = [
+        "## Offline preview: what this change does to each stack",
+        "",
+        f"Base `{base.label}`, head `{head.label}`. Evaluated on Pulumi's mock engine (no credentials, no"
+        " hosts): `+` added, `-` removed, `~` changed with the input paths that change. The real"
+        " `pulumi preview` of each stack follows in its own comment.",
+    ]
+    for review in reviews:
+        lines += ["", f"### `{review.stack}`: {review.summary}"]
+        if review.note:
+            lines += ["", "```", review.note, "```"]
+        body = review.diff.splitlines()[1:]
+        if body:
+            shown = body[:MAX_DIFF_LINES]
+            lines += ["", "<details><summary>resources and outputs</summary>", "", "```diff", *shown, "```"]
+            if len(body) > len(shown):
+                lines.append(f"{len(body) - len(shown)} more lines: see the `offline-plans` artifact.")
+            lines.append("</details>")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stacks.review", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", required=True, help="the revision the change is compared with")
+    parser.add_argument("--head", help="the revision of the change (default: the working tree)")
+    parser.add_argument("--stack", action="append", dest="stacks", help="stack to compare (repeatable; default: all)")
+    parser.add_argument("--out", type=Path, help="directory for plans, diffs and review.md (default: a temp dir)")
+    parser.add_argument("--summary", type=Path, help="append the Markdown report to this file")
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="ml-platform-review-") as scratch:
+        out = args.out or Path(scratch) / "out"
+        out.mkdir(parents=True, exist_ok=True)
+        base = export(args.base, Path(scratch) / "base")
+        head = export(args.head, Path(scratch) / "head") if args.head else working_tree()
+        reviews = [review_stack(stack, base, head, out) for stack in args.stacks or STACKS]
+        report = markdown(reviews, base, head)
+        (out / "review.md").write_text(report)
+    if args.summary:
+        with args.summary.open("a") as summary:
+            summary.write(report)
+    print(report)
+    return 0 if all(r.ok for r in reviews) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

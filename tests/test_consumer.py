@@ -1,0 +1,155 @@
+"""The consumer example (`examples/consumer/`): another team's program built on our stack outputs.
+
+It is evaluated on the same mock engine as the platform (`stacks.engine.run` with its `program`), its
+StackReference answered with the outputs of the prod plan (the kubeconfig as a secret, as the real
+engine returns a secret output), and checked for what that team would notice.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+from pulumi.runtime.mocks import MockResourceArgs
+
+from stacks import engine
+from stacks.engine import SECRET, UNKNOWN
+from stacks.outputs import CONTRACT
+from tests.conftest import ROOT
+
+CONSUMER = ROOT / "examples" / "consumer"
+PLATFORM_STACK = "organization/ml-platform/prod"
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters:
+- name: ml-prod
+  cluster: {server: "https://10.20.0.10:6443", certificate-authority-data: Q0EK}
+users:
+- name: ml-prod
+  user: {client-certificate-data: Q0VSVAo=, client-key-data: S0VZCg==}
+contexts:
+- name: ml-prod
+  context: {cluster: ml-prod, user: ml-prod}
+current-context: ml-prod
+"""
+
+
+def load_consumer() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("vision_training", CONSUMER / "__main__.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # not run as __main__: defines program() without exporting
+    return module
+
+
+def consumer_config(**overrides: str) -> dict[str, str]:
+    """The consumer's config as the CLI would pass it: its Pulumi.yaml defaults, then the overrides."""
+    project = yaml.safe_load((CONSUMER / "Pulumi.yaml").read_text())
+    name = project["name"]
+    values = {key: decl["default"] for key, decl in project["config"].items() if "default" in decl}
+    values.update({"platformStack": PLATFORM_STACK, **overrides})
+    return {f"{name}:{key}": value for key, value in values.items()}
+
+
+def platform_outputs(plan: engine.Plan, secret: frozenset[str]) -> engine.StackOutputs:
+    """What a StackReference to the deployed stack returns: the plan's outputs, with values that only
+    `up` knows (secrets, unknowns) filled in as a deployed stack would hold them."""
+    values: dict[str, Any] = {}
+    for spec in CONTRACT:
+        value = plan.outputs[spec.name]
+        if spec.name == "kubeconfig":
+            value = KUBECONFIG
+        elif value in (SECRET, UNKNOWN):
+            value = {"string": "value", "integer": 1, "number": 1.0, "boolean": True}.get(spec.type, [])
+        values[spec.name] = value
+    return engine.StackOutputs(values=values, secret=secret)
+
+
+def evaluate_consumer(plan: engine.Plan, secret: frozenset[str] | None = None) -> engine.Plan:
+    if secret is None:
+        secret = frozenset(spec.name for spec in CONTRACT if spec.secret)
+    config = consumer_config()
+    project = next(iter(config)).split(":", 1)[0]
+    return engine.run(
+        "dev",
+        config,
+        [],
+        load_consumer().program,
+        project=project,
+        stack_references={PLATFORM_STACK: platform_outputs(plan, secret)},
+    )
+
+
+@pytest.fixture(scope="module")
+def consumer_plan(prod_plan) -> engine.Plan:
+    return evaluate_consumer(prod_plan)
+
+
+def test_consumer_provider_gets_the_kubeconfig_as_a_secret(consumer_plan):
+    provider = consumer_plan.named("platform")
+    assert provider["type"] == "pulumi:providers:kubernetes"
+    assert provider["inputs"]["kubeconfig"] == SECRET
+    assert consumer_plan.revealed[provider["urn"]]["kubeconfig"] == KUBECONFIG
+
+
+def test_the_secret_comes_from_the_platform_contract(prod_plan):
+    # Were the platform to publish the kubeconfig plain, the consumer would store it plain: the
+    # secrecy the consumer gets is the contract's, which tests/test_outputs_contract.py pins.
+    leaky = evaluate_consumer(prod_plan, secret=frozenset())
+    assert leaky.named("platform")["inputs"]["kubeconfig"] == KUBECONFIG
+
+
+def test_consumer_objects_go_through_its_own_provider(consumer_plan):
+    provider_urn = consumer_plan.named("platform")["urn"]
+    for name in ("team", "datasets"):
+        assert consumer_plan.named(name)["provider"] == provider_urn, name
+
+
+def test_datasets_volume_is_on_the_platforms_tier2_shared_class(consumer_plan, prod_plan):
+    pvc = consumer_plan.named("datasets")
+    assert pvc["type"] == "kubernetes:core/v1:PersistentVolumeClaim"
+    spec = pvc["inputs"]["spec"]
+    assert spec["storageClassName"] == prod_plan.outputs["storageClasses"]["tier2Shared"]
+    assert spec["accessModes"] == ["ReadWriteMany"]
+    assert spec["resources"]["requests"]["storage"] == "500Gi"
+    assert pvc["inputs"]["metadata"]["namespace"] == "vision"
+
+
+def test_consumer_outputs_hold_no_secret_in_plain_text(consumer_plan, prod_plan):
+    assert consumer_plan.outputs == {
+        "apiEndpoint": prod_plan.outputs["apiEndpoint"],
+        "datasetsClaim": "datasets",
+        "namespace": "vision",
+    }
+    assert KUBECONFIG not in repr(consumer_plan.resources)
+
+
+def test_consumer_reads_only_declared_outputs():
+    # A consumer that reads an undeclared output would break on the next rename without any test failing.
+    source = (CONSUMER / "__main__.py").read_text()
+    read = set(re.findall(r"(?:require|get)_output\(\s*\"([^\"]+)\"", source))
+    assert read, "the example reads no output"
+    assert read <= {spec.name for spec in CONTRACT}, sorted(read - {spec.name for spec in CONTRACT})
+
+
+def test_a_reference_to_a_stack_the_test_did_not_provide_fails_loudly():
+    # Like the engine, which fails a StackReference to a stack that does not exist.
+    mocks = engine._Mocks({PLATFORM_STACK: engine.StackOutputs(values={})})
+    args = MockResourceArgs("pulumi:pulumi:StackReference", "platform", {"name": "organization/ml-platform/nope"})
+    with pytest.raises(KeyError, match="no such stack"):
+        mocks.new_resource(args)
+
+
+def test_consumer_project_files_are_complete():
+    project = yaml.safe_load((CONSUMER / "Pulumi.yaml").read_text())
+    assert project["runtime"]["name"] == "python"
+    requirements = (CONSUMER / "requirements.txt").read_text()
+    assert "pulumi>=" in requirements and "pulumi-kubernetes>=" in requirements
+    # Every config key the program reads is declared (typed, described) in its Pulumi.yaml.
+    read = set(re.findall(r"config\.require\(\"([^\"]+)\"\)", (CONSUMER / "__main__.py").read_text()))
+    assert read == set(project["config"]), (read, set(project["config"]))
+    assert all(decl.get("description") for decl in project["config"].values())

@@ -1,0 +1,342 @@
+"""Delivery: the GitHub workflows, the script that hands them secrets, and the offline diff step that
+pull requests run (`python -m stacks.review`), exercised on real commits of this repository."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stacks import review
+from tests.conftest import ROOT
+
+WORKFLOWS = ROOT / ".github" / "workflows"
+STACK_SECRETS = ROOT / ".github" / "scripts" / "stack-secrets.sh"
+VENV_BIN = Path(sys.executable).parent
+DIFF_HEADLINE = re.compile(r"^\d+ to add, \d+ to remove, \d+ to change, \d+ outputs changed$")
+STACKS = sorted(p.name.split(".")[1] for p in ROOT.glob("Pulumi.*.yaml"))
+
+
+def workflow(name: str) -> dict[str, Any]:
+    doc = yaml.safe_load((WORKFLOWS / name).read_text())
+    # YAML 1.1 reads the key `on` as True.
+    doc["on"] = doc.pop(True, doc.get("on"))
+    return doc
+
+
+def steps(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return job["steps"]
+
+
+def uses(job: dict[str, Any], action: str) -> list[dict[str, Any]]:
+    return [s for s in steps(job) if s.get("uses", "").split("@")[0] == action]
+
+
+def runs(job: dict[str, Any]) -> str:
+    return "\n".join(s.get("run", "") for s in steps(job))
+
+
+# --- the workflow linter ---------------------------------------------------------------------------
+
+
+def check_jsonschema(*files: Path) -> subprocess.CompletedProcess[str]:
+    tool = VENV_BIN / "check-jsonschema"
+    if not tool.exists():
+        pytest.fail(f"{tool} is missing: `make test` installs it from requirements-dev.txt")
+    return subprocess.run(
+        [str(tool), "--builtin-schema", "vendor.github-workflows", *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_workflows_pass_the_linter():
+    files = sorted(WORKFLOWS.glob("*.yml"))
+    assert {f.name for f in files} >= {"preview.yml", "up.yml"}
+    result = check_jsonschema(*files)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_linter_catches_a_broken_workflow(tmp_path):
+    broken = workflow("up.yml")
+    broken["jobs"]["lab"]["environment"] = {"nmae": "lab"}  # a typo the schema knows is wrong
+    path = tmp_path / "broken.yml"
+    path.write_text(yaml.safe_dump(broken))
+    result = check_jsonschema(path)
+    assert result.returncode != 0
+    assert "nmae" in result.stdout
+
+
+# --- preview.yml -------------------------------------------------------------------------------------
+
+
+def test_preview_runs_tests_and_the_offline_diff_without_credentials():
+    doc = workflow("preview.yml")
+    assert "pull_request" in doc["on"]
+    job = doc["jobs"]["offline"]
+    assert job["runs-on"] == "ubuntu-latest"
+    (checkout,) = uses(job, "actions/checkout")
+    assert checkout["with"]["fetch-depth"] == 0, "the base commit must be fetched for the diff"
+    (python,) = uses(job, "actions/setup-python")
+    assert str(python["with"]["python-version"]) == "3.11"
+    script = runs(job)
+    assert "make test" in script
+    assert "-m stacks.review --base" in script and "$GITHUB_STEP_SUMMARY" in script
+    for stack in STACKS:
+        assert f"--stack {stack}" in script, f"the offline diff leaves out stack {stack}"
+    assert "secrets." not in json.dumps(job), "the offline job must need no credentials"
+
+
+def test_preview_runs_pulumi_preview_for_every_stack_on_the_site_runner():
+    job = workflow("preview.yml")["jobs"]["pulumi-preview"]
+    assert "self-hosted" in job["runs-on"]
+    assert "head.repo.full_name == github.repository" in job["if"], "forks must not run on the site runner"
+    assert sorted(entry["stack"] for entry in job["strategy"]["matrix"]["include"]) == STACKS
+    (preview,) = [s for s in uses(job, "pulumi/actions") if s.get("with", {}).get("command")]
+    assert preview["with"]["command"] == "preview"
+    assert preview["with"]["stack-name"] == "${{ matrix.stack }}"
+    assert preview["with"]["comment-on-pr"] is True
+    assert job["permissions"]["pull-requests"] == "write"
+    assert {"PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE"} <= set(job["env"])
+
+
+# --- up.yml --------------------------------------------------------------------------------------------
+
+
+def test_up_goes_through_lab_then_prod_behind_environments():
+    doc = workflow("up.yml")
+    assert doc["on"]["push"]["branches"] == ["main"]
+    lab, prod = doc["jobs"]["lab"], doc["jobs"]["prod"]
+    assert (lab["environment"], prod["environment"]) == ("lab", "prod")
+    assert prod["needs"] == "lab" and "needs" not in lab
+    for stack, job in (("lab", lab), ("prod", prod)):
+        assert job["concurrency"] == {"group": f"pulumi-up-{stack}", "cancel-in-progress": False}
+        assert "self-hosted" in job["runs-on"]
+        (up,) = [s for s in uses(job, "pulumi/actions") if s.get("with", {}).get("command")]
+        assert (up["with"]["command"], up["with"]["stack-name"], up["with"]["parallel"]) == ("up", stack, 64)
+
+
+# --- rules for both ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["preview.yml", "up.yml"])
+def test_actions_are_pinned_to_a_major_version(name):
+    for job in workflow(name)["jobs"].values():
+        for step in steps(job):
+            if "uses" in step:
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+@(v\d+|[0-9a-f]{40})", step["uses"]), step["uses"]
+    pulumi_steps = [s for job in workflow(name)["jobs"].values() for s in uses(job, "pulumi/actions")]
+    assert len({s["uses"] for s in pulumi_steps}) == 1, "one pulumi/actions major throughout"
+    # The CLI is pinned on every step, to the major of the SDK in requirements.txt.
+    assert {s["with"]["pulumi-version"] for s in pulumi_steps} == {"^3.272.0"}
+
+
+@pytest.mark.parametrize("name", ["preview.yml", "up.yml"])
+def test_secrets_never_reach_a_command_line(name):
+    # `${{ secrets.X }}` inside `run:` is pasted into the script text (and the runner's process list);
+    # secrets go into `env:` and scripts read them from the environment.
+    for job_name, job in workflow(name)["jobs"].items():
+        for step in steps(job):
+            assert not re.search(r"\$\{\{[^}]*secrets", step.get("run", "")), f"{name} {job_name}: {step.get('name')}"
+        for step in steps(job):
+            if "stack-secrets.sh" in step.get("run", ""):
+                assert {"STACK", "SSH_PRIVATE_KEY", "RKE2_TOKEN"} <= set(step["env"])
+
+
+@pytest.mark.parametrize("name", ["preview.yml", "up.yml"])
+def test_every_pulumi_run_gets_the_stack_secrets_first(name):
+    for job_name, job in workflow(name)["jobs"].items():
+        commands = [i for i, s in enumerate(steps(job)) if s.get("with", {}).get("command")]
+        if not commands:
+            continue
+        secrets_step = next(i for i, s in enumerate(steps(job)) if "stack-secrets.sh" in s.get("run", ""))
+        install = next(i for i, s in enumerate(steps(job)) if s.get("run") == "make install")
+        assert install < secrets_step < min(commands), job_name
+
+
+# --- the secrets script ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_pulumi(tmp_path) -> Path:
+    """A `pulumi` that records its arguments and standard input, one file each per call."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "pulumi"
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        'n=$(ls "$RECORD" | wc -l)\n'
+        'printf "%s\\n" "$@" > "$RECORD/$n.args"\n'
+        'cat > "$RECORD/$n.stdin"\n'
+    )
+    script.chmod(0o755)
+    (tmp_path / "record").mkdir()
+    return tmp_path
+
+
+def run_stack_secrets(fake: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {"PATH": f"{fake / 'bin'}:{os.environ['PATH']}", "RECORD": str(fake / "record")}
+    return subprocess.run(["bash", str(STACK_SECRETS)], env={**base, **env}, capture_output=True, text=True, timeout=60)
+
+
+def recorded(fake: Path) -> list[tuple[list[str], str]]:
+    calls = sorted((fake / "record").glob("*.args"))
+    return [(p.read_text().splitlines(), p.with_suffix(".stdin").read_text()) for p in calls]
+
+
+KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"
+
+
+def test_stack_secrets_travel_on_stdin_only(fake_pulumi):
+    result = run_stack_secrets(fake_pulumi, STACK="prod", SSH_PRIVATE_KEY=KEY + "\n\n", RKE2_TOKEN="s3cret-token\n")
+    assert result.returncode == 0, result.stderr
+    (key_args, key_stdin), (token_args, token_stdin) = recorded(fake_pulumi)
+    assert key_args == ["config", "set", "--secret", "--stack", "prod", "ml-platform:sshPrivateKey"]
+    assert token_args == ["config", "set", "--secret", "--stack", "prod", "ml-platform:rke2Token"]
+    # `pulumi config set` drops one trailing newline from stdin: what it stores equals `< keyfile`.
+    assert key_stdin == KEY + "\n" and token_stdin == "s3cret-token\n"
+    output = result.stdout + result.stderr
+    assert "b3BlbnNz" not in output and "s3cret" not in output
+    assert "stack prod: set sshPrivateKey, rke2Token" in result.stdout
+
+
+def test_stack_secrets_without_a_token_keep_the_generated_one(fake_pulumi):
+    result = run_stack_secrets(fake_pulumi, STACK="lab", SSH_PRIVATE_KEY=KEY, RKE2_TOKEN="")
+    assert result.returncode == 0, result.stderr
+    assert [args[-1] for args, _ in recorded(fake_pulumi)] == ["ml-platform:sshPrivateKey"]
+
+
+def test_stack_secrets_refuse_a_missing_key(fake_pulumi):
+    result = run_stack_secrets(fake_pulumi, STACK="lab", SSH_PRIVATE_KEY="")
+    assert result.returncode == 1
+    assert "no SSH private key for stack lab" in result.stderr
+    assert recorded(fake_pulumi) == []
+
+
+def test_stack_secrets_script_is_shellcheck_clean():
+    shellcheck = VENV_BIN / "shellcheck"
+    result = subprocess.run([str(shellcheck), str(STACK_SECRETS)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout
+
+
+# --- the offline diff step on real commits ---------------------------------------------------------------
+
+
+def git_commits() -> list[str]:
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed: the offline diff step compares git commits")
+    try:
+        out = subprocess.run(["git", "rev-list", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+    except subprocess.CalledProcessError:
+        pytest.skip(f"{ROOT} is not a git checkout with a commit: the offline diff step compares commits")
+    return out.stdout.split()
+
+
+def assert_diff_text(text: str, base: dict, head: dict) -> None:
+    lines = text.rstrip("\n").splitlines()
+    assert DIFF_HEADLINE.match(lines[0]), lines[0]
+    added = {r["urn"] for r in head["resources"]} - {r["urn"] for r in base["resources"]}
+    removed = {r["urn"] for r in base["resources"]} - {r["urn"] for r in head["resources"]}
+    assert lines[0].startswith(f"{len(added)} to add, {len(removed)} to remove, ")
+    assert {line[2:] for line in lines if line.startswith("+ ")} == added
+    assert {line[2:] for line in lines if line.startswith("- ")} == removed
+    assert all(re.match(r"^([-+~] |    )", line) for line in lines[1:]), "unexpected line in the diff"
+
+
+def test_offline_diff_step_works_on_two_real_commits(tmp_path):
+    commits = git_commits()
+    if len(commits) >= 2:
+        base = review.export(commits[-1], tmp_path / "base")  # the root commit
+        head = review.export(commits[0], tmp_path / "head")  # HEAD
+    else:  # a repository with one commit: that commit against the working tree
+        base = review.export(commits[0], tmp_path / "base")
+        head = review.working_tree()
+    assert base.label != head.label or len(commits) < 2
+    plans = {}
+    for side in (base, head):
+        out = tmp_path / f"{side.tree.name}-lab.json"
+        problem = review.plan(side, "lab", out)
+        assert problem is None, problem
+        plans[side.tree.name] = out
+    result = subprocess.run(
+        [sys.executable, "-m", "stacks.plan", "--diff", str(plans[base.tree.name]), str(plans[head.tree.name])],
+        cwd=head.tree,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert_diff_text(
+        result.stdout, json.loads(plans[base.tree.name].read_text()), json.loads(plans[head.tree.name].read_text())
+    )
+
+
+def test_review_command_reports_every_stack(tmp_path):
+    commits = git_commits()
+    out = tmp_path / "out"
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "stacks.review", "--base", commits[-1], "--stack", "lab", "--out", str(out)]
+        + ["--summary", str(summary)],
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = (out / "review.md").read_text()
+    assert summary.read_text() == "earlier step\n" + report, "the job summary is appended to, not replaced"
+    headline = (out / "diff-lab.txt").read_text().splitlines()[0]
+    assert DIFF_HEADLINE.match(headline)
+    assert f"### `lab`: {headline}" in report
+    assert json.loads((out / "plan-lab-head.json").read_text())["stack"] == "lab"
+
+
+@pytest.fixture(scope="module")
+def exported_head(tmp_path_factory) -> review.Side:
+    commits = git_commits()
+    return review.export(commits[0], tmp_path_factory.mktemp("head"))
+
+
+def copy_side(side: review.Side, dest: Path, label: str) -> review.Side:
+    shutil.copytree(side.tree, dest)
+    return review.Side(label=label, tree=dest)
+
+
+def test_a_stack_new_in_the_change_is_compared_with_an_empty_plan(exported_head, tmp_path):
+    base = copy_side(exported_head, tmp_path / "base", "base")
+    (base.tree / "Pulumi.lab.yaml").unlink()
+    result = review.review_stack("lab", base, exported_head, tmp_path)
+    assert result.ok and "the stack is new" in result.note
+    head = json.loads((tmp_path / "plan-lab-head.json").read_text())
+    assert result.summary.startswith(f"{len(head['resources'])} to add, 0 to remove, 0 to change")
+
+
+def test_a_base_without_the_planner_gets_no_diff_but_no_failure(exported_head, tmp_path):
+    base = copy_side(exported_head, tmp_path / "base", "base")
+    (base.tree / "stacks" / "plan.py").unlink()
+    result = review.review_stack("lab", base, exported_head, tmp_path)
+    assert result.ok and result.diff == ""
+    assert "no offline planner" in result.note
+
+
+def test_a_head_with_invalid_settings_fails_the_step(exported_head, tmp_path):
+    head = copy_side(exported_head, tmp_path / "head", "head")
+    config = head.tree / "Pulumi.lab.yaml"
+    config.write_text(config.read_text().replace("ml-platform:cluster:", "ml-platform:clustr:", 1))
+    result = review.review_stack("lab", exported_head, head, tmp_path)
+    assert not result.ok
+    assert "exited with 2" in result.note and "clustr" in result.note
+    report = review.markdown([result], exported_head, head)
+    assert "the change breaks `lab`" in report

@@ -1,0 +1,34 @@
+"""Pulumi.prod.yaml sets every settings key explicitly, so a reviewer sees every choice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.conftest import stack_doc
+from tests.test_docs import settings_paths
+
+# Optional keys whose absence is the choice (public sources instead of a mirror).
+UNSET_IN_PROD = {"cluster.install.artifactUrl", "cluster.systemDefaultRegistry"}
+
+
+def present(doc: Any, path: list[str]) -> bool:
+    if not path:
+        return True
+    head, rest = path[0], path[1:]
+    if head.endswith("[]"):
+        items = doc.get(head[:-2], []) if isinstance(doc, dict) else []
+        return any(present(item, rest) for item in items)
+    return isinstance(doc, dict) and head in doc and present(doc[head], rest)
+
+
+def test_prod_sets_every_key():
+    doc = stack_doc("prod")
+    missing = [p for p in settings_paths() if p not in UNSET_IN_PROD and not present(doc, p.split("."))]
+    assert missing == [], f"Pulumi.prod.yaml does not set: {missing}"
+
+
+def test_prod_pins_every_chart():
+    charts = stack_doc("prod")["charts"]
+    from stacks.settings import Charts
+
+    assert set(charts) == {f.alias for f in Charts.model_fields.values()}
