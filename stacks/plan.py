@@ -59,6 +59,9 @@ def _owner(resource: dict, by_urn: dict[str, dict], components: dict[str, dict])
     return owner
 
 
+_ABSENT = object()
+
+
 def diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """Added, removed and changed resources between two plans, with the changed input paths."""
     before = {r["urn"]: r for r in old["resources"]}
@@ -71,11 +74,11 @@ def diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
                 paths.append(key)
         if paths:
             changed[urn] = paths
-    outputs = sorted(
-        name
-        for name in old["outputs"].keys() | new["outputs"].keys()
-        if old["outputs"].get(name) != new["outputs"].get(name)
-    )
+    outputs = {
+        name: "added" if name not in old["outputs"] else "removed" if name not in new["outputs"] else "changed"
+        for name in sorted(old["outputs"].keys() | new["outputs"].keys())
+        if old["outputs"].get(name, _ABSENT) != new["outputs"].get(name, _ABSENT)
+    }
     return {
         "added": sorted(after.keys() - before.keys()),
         "removed": sorted(before.keys() - after.keys()),
@@ -107,8 +110,9 @@ def render_diff(result: dict[str, Any]) -> str:
     for urn, paths in result["changed"].items():
         lines.append(f"~ {urn}")
         lines += [f"    {p}" for p in paths]
-    for name in result["outputs"]:
-        lines.append(f"~ output {name}")
+    signs = {"added": "+", "removed": "-", "changed": "~"}
+    for name, change in result["outputs"].items():
+        lines.append(f"{signs[change]} output {name}")
     return "\n".join(lines)
 
 

@@ -205,7 +205,7 @@ def test_adding_a_node_changes_nothing_else(prod_plan):
         "cpu-36-prepare",
         "cpu-36-rke2",
     ]
-    assert result["removed"] == [] and result["changed"] == {} and result["outputs"] == []
+    assert result["removed"] == [] and result["changed"] == {} and result["outputs"] == {}
 
 
 def test_removing_a_node_removes_only_its_resources(prod_plan):

@@ -87,11 +87,20 @@ def test_diff_lists_added_removed_and_changed(tmp_path, capsys):
     result = plan_cli.diff(json.loads(old_file.read_text()), json.loads(new_file.read_text()))
     assert any(u.endswith("::lab-cpu-9-rke2") for u in result["added"])
     assert any(u.endswith("::lab-cpu-3-rke2") for u in result["removed"])
+    assert result["outputs"] == {}
     server = next(u for u in result["changed"] if u.endswith("::lab-server-rke2"))
     assert "inputs.create" in result["changed"][server]
     assert plan_cli.main(["--diff", str(old_file), str(new_file)]) == 0
     printed = capsys.readouterr().out
     assert "+ urn:" in printed and "- urn:" in printed and "~ urn:" in printed
+
+
+def test_diff_marks_added_and_removed_outputs():
+    old = {"resources": [], "outputs": {"a": 1, "b": 2}}
+    new = {"resources": [], "outputs": {"b": 3, "c": 4}}
+    result = plan_cli.diff(old, new)
+    assert result["outputs"] == {"a": "removed", "b": "changed", "c": "added"}
+    assert plan_cli.render_diff(result).splitlines()[1:] == ["- output a", "~ output b", "+ output c"]
 
 
 def _run_cli(tmp_path: Path, mutate) -> tuple[subprocess.CompletedProcess, Path]:

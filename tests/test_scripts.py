@@ -69,3 +69,27 @@ def test_write_file_is_idempotent(tmp_path):
     assert second.stdout == "unchanged\n"
     assert target.read_text() == "hello\n"
     assert oct(target.stat().st_mode & 0o777) == "0o600"
+
+
+def test_ensure_packages_installs_only_what_is_missing(tmp_path):
+    # Stub dpkg-query/apt-get (tests/stubs/host): installed packages are files in FAKE_DIR/packages.
+    (tmp_path / "packages").mkdir()
+    (tmp_path / "packages" / "curl").touch()
+    program = (SCRIPTS / "lib.sh").read_text() + "\nensure_packages debian curl jq chrony\n"
+    env = {"PATH": f"{Path(__file__).parent / 'stubs' / 'host'}:/usr/bin:/bin", "FAKE_DIR": str(tmp_path)}
+    first = subprocess.run(["bash", "-c", program], env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == "changed: installed jq chrony\n"
+    assert "apt-get install -y -q --no-install-recommends jq chrony" in (tmp_path / "calls.log").read_text()
+    second = subprocess.run(["bash", "-c", program], env=env, capture_output=True, text=True)
+    assert second.returncode == 0 and second.stdout == ""
+
+
+def test_write_file_ignores_trailing_newlines(tmp_path):
+    # YAML from Python ends in a newline; a second run with the same content must not rewrite.
+    target = tmp_path / "config.yaml"
+    program = (SCRIPTS / "lib.sh").read_text() + f'\nwrite_file {target} 0600 "$1" || echo unchanged\n'
+    subprocess.run(["bash", "-c", program, "lib", "a: 1\n"], check=True, capture_output=True)
+    second = subprocess.run(["bash", "-c", program, "lib", "a: 1\n"], check=True, capture_output=True, text=True)
+    assert second.stdout == "unchanged\n"
+    assert target.read_text() == "a: 1\n"

@@ -18,31 +18,9 @@ case $HOST_STACK in inbox | ofed) ;; *) fail "HOST_STACK must be inbox or ofed, 
 # neither the distribution's RDMA packages nor a modules-load entry for the inbox modules.
 if [[ $HOST_STACK == inbox ]]; then
   case $OS_FAMILY in
-    debian)
-      # ibverbs-providers holds the mlx5 verbs provider; without it ibv_devices lists nothing.
-      wanted=(rdma-core ibverbs-providers ibverbs-utils infiniband-diags)
-      missing=()
-      for pkg in "${wanted[@]}"; do
-        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-      done
-      if ((${#missing[@]})); then
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -q >/dev/null
-        apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
-        changed "installed ${missing[*]}"
-      fi
-      ;;
-    rhel)
-      wanted=(rdma-core libibverbs-utils infiniband-diags)
-      missing=()
-      for pkg in "${wanted[@]}"; do
-        rpm -q "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
-      done
-      if ((${#missing[@]})); then
-        dnf install -y -q "${missing[@]}" >/dev/null
-        changed "installed ${missing[*]}"
-      fi
-      ;;
+    # ibverbs-providers holds the mlx5 verbs provider; without it ibv_devices lists nothing.
+    debian) ensure_packages debian rdma-core ibverbs-providers ibverbs-utils infiniband-diags ;;
+    rhel) ensure_packages rhel rdma-core libibverbs-utils infiniband-diags ;;
     *) fail "OS_FAMILY must be debian or rhel, got '$OS_FAMILY'" ;;
   esac
   # IPoIB, the umad interface (ibstat, diagnostics) and the RDMA connection manager, now and at boot.

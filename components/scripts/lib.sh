@@ -8,10 +8,12 @@ changed() { echo "changed: $*"; }
 note() { echo "$*" >&2; }
 fail() { echo "error: $*" >&2; exit 1; }
 
-# write_file PATH MODE CONTENT: make PATH hold exactly CONTENT (plus a final newline) with MODE.
+# write_file PATH MODE CONTENT: make PATH hold exactly CONTENT, ending in one newline, with MODE.
 # Returns 0 when it changed the file, 1 when the file was already right. Never prints CONTENT.
 write_file() {
   local path=$1 mode=$2 content=$3 tmp
+  # Trailing newlines are normalised to one, so content with or without them compares equal.
+  while [[ $content == *$'\n' ]]; do content=${content%$'\n'}; done
   if [[ -f $path ]] && [[ "$(cat "$path")" == "$content" ]] && [[ "$(stat -c %a "$path")" == "${mode#0}" ]]; then
     return 1
   fi
@@ -41,6 +43,33 @@ wait_until() {
     fi
     sleep 5
   done
+}
+
+# ensure_packages OS_FAMILY PACKAGE...: install the packages that are missing (apt on debian, dnf on
+# rhel); installs nothing and prints nothing when all are there.
+ensure_packages() {
+  local family=$1 pkg
+  shift
+  local missing=()
+  case $family in
+    debian)
+      for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+      done
+      ((${#missing[@]})) || return 0
+      DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+      ;;
+    rhel)
+      for pkg in "$@"; do
+        rpm -q "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+      done
+      ((${#missing[@]})) || return 0
+      dnf install -y -q "${missing[@]}" >/dev/null
+      ;;
+    *) fail "OS_FAMILY must be debian or rhel, got '$family'" ;;
+  esac
+  changed "installed ${missing[*]}"
 }
 
 # RKE2's own kubectl and the admin kubeconfig it writes on servers (tests point them at stubs).

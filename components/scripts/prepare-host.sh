@@ -2,8 +2,10 @@
 # Prepare a node for RKE2: hostname, swap off (and kept off), kernel modules, sysctls, time sync,
 # packages, NetworkManager kept away from CNI interfaces. Idempotent: a second run changes nothing.
 # Parameters: NODE_NAME OS_FAMILY (debian|rhel) TIME_SERVERS (space-separated) CIS_PROFILE CNI
+#   HOST_ROOT (tests only: prefix of the paths this script reads and writes)
 set -euo pipefail
 : "${NODE_NAME:?}" "${OS_FAMILY:?}" "${TIME_SERVERS=}" "${CIS_PROFILE:=false}" "${CNI:=cilium}"
+HOST_ROOT=${HOST_ROOT:-}
 
 # Hostname: Kubernetes node names and host names should agree.
 if [[ "$(hostname)" != "$NODE_NAME" ]]; then
@@ -16,8 +18,8 @@ if [[ -n "$(swapon --show --noheadings 2>/dev/null)" ]]; then
   swapoff -a
   changed "swap turned off"
 fi
-if grep -Eq '^[^#].*[[:space:]]swap[[:space:]]' /etc/fstab; then
-  sed -i -E 's/^([^#].*[[:space:]]swap[[:space:]].*)$/# \1 # disabled by ml-platform/' /etc/fstab
+if grep -Eq '^[^#].*[[:space:]]swap[[:space:]]' "$HOST_ROOT/etc/fstab"; then
+  sed -i -E 's/^([^#].*[[:space:]]swap[[:space:]].*)$/# \1 # disabled by ml-platform/' "$HOST_ROOT/etc/fstab"
   changed "swap entries in /etc/fstab commented out"
 fi
 if [[ "$(systemctl is-enabled swap.target 2>/dev/null || true)" != "masked" ]]; then
@@ -26,9 +28,9 @@ if [[ "$(systemctl is-enabled swap.target 2>/dev/null || true)" != "masked" ]]; 
 fi
 
 # Kernel modules for container networking, loaded now and at boot.
-write_file /etc/modules-load.d/ml-platform.conf 0644 $'overlay\nbr_netfilter' || true
+write_file "$HOST_ROOT/etc/modules-load.d/ml-platform.conf" 0644 $'overlay\nbr_netfilter' || true
 for module in overlay br_netfilter; do
-  if [[ ! -d /sys/module/$module ]]; then
+  if [[ ! -d $HOST_ROOT/sys/module/$module ]]; then
     modprobe "$module"
     changed "loaded kernel module $module"
   fi
@@ -42,7 +44,7 @@ sysctls+=$'\nvm.max_map_count = 262144'
 if [[ $CIS_PROFILE == true ]]; then
   sysctls+=$'\nvm.panic_on_oom = 0\nvm.overcommit_memory = 1\nkernel.panic = 10\nkernel.panic_on_oops = 1'
 fi
-if write_file /etc/sysctl.d/90-ml-platform.conf 0644 "$sysctls"; then
+if write_file "$HOST_ROOT/etc/sysctl.d/90-ml-platform.conf" 0644 "$sysctls"; then
   sysctl --system >/dev/null
 fi
 
@@ -52,35 +54,17 @@ if [[ $CIS_PROFILE == true ]] && ! id etcd >/dev/null 2>&1; then
   changed "created user etcd"
 fi
 
-# Packages: curl (RKE2 installer), chrony (time), iptables, lvm2 (Ceph OSDs), nvme-cli (tier-1),
-# jq and conntrack for operators.
+# Packages: curl (RKE2 installer), chrony (time), iptables, lvm2 and gdisk (Ceph OSDs), xfsprogs and
+# nvme-cli (tier-1 NVMe), jq and conntrack for operators.
 case $OS_FAMILY in
   debian)
-    wanted=(curl ca-certificates chrony iptables conntrack lvm2 nvme-cli jq)
-    missing=()
-    for pkg in "${wanted[@]}"; do
-      dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-    done
-    if ((${#missing[@]})); then
-      export DEBIAN_FRONTEND=noninteractive
-      apt-get update -q >/dev/null
-      apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
-      changed "installed ${missing[*]}"
-    fi
-    chrony_conf=/etc/chrony/chrony.conf
+    ensure_packages debian curl ca-certificates chrony iptables conntrack lvm2 gdisk xfsprogs nvme-cli jq
+    chrony_conf=$HOST_ROOT/etc/chrony/chrony.conf
     chrony_unit=chrony
     ;;
   rhel)
-    wanted=(curl ca-certificates chrony iptables conntrack-tools lvm2 nvme-cli jq tar)
-    missing=()
-    for pkg in "${wanted[@]}"; do
-      rpm -q "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
-    done
-    if ((${#missing[@]})); then
-      dnf install -y -q "${missing[@]}" >/dev/null
-      changed "installed ${missing[*]}"
-    fi
-    chrony_conf=/etc/chrony.conf
+    ensure_packages rhel curl ca-certificates chrony iptables conntrack-tools lvm2 gdisk xfsprogs nvme-cli jq tar
+    chrony_conf=$HOST_ROOT/etc/chrony.conf
     chrony_unit=chronyd
     ;;
   *) fail "OS_FAMILY must be debian or rhel, got '$OS_FAMILY'" ;;
@@ -98,7 +82,7 @@ if [[ -n $TIME_SERVERS ]]; then
   for server in $TIME_SERVERS; do
     sources+="server $server iburst"$'\n'
   done
-  if write_file /etc/chrony/sources.d/ml-platform.sources 0644 "${sources%$'\n'}"; then
+  if write_file "$HOST_ROOT/etc/chrony/sources.d/ml-platform.sources" 0644 "${sources%$'\n'}"; then
     chrony_changed=true
   fi
 fi
@@ -114,7 +98,7 @@ fi
 if systemctl is-active --quiet NetworkManager; then
   unmanaged="interface-name:cali*;interface-name:tunl*;interface-name:vxlan.calico;interface-name:vxlan-v6.calico"
   unmanaged+=";interface-name:wireguard.cali;interface-name:wg-v6.cali;interface-name:cilium_*;interface-name:lxc*"
-  if write_file /etc/NetworkManager/conf.d/ml-platform-cni.conf 0644 $'[keyfile]\nunmanaged-devices='"$unmanaged"; then
+  if write_file "$HOST_ROOT/etc/NetworkManager/conf.d/ml-platform-cni.conf" 0644 $'[keyfile]\nunmanaged-devices='"$unmanaged"; then
     systemctl reload NetworkManager
   fi
 fi

@@ -3,6 +3,7 @@
 # this node is registered. The join token arrives on stdin and is written 0600; it is never printed.
 # Parameters: NODE_NAME RKE2_TYPE (server|agent) RKE2_VERSION INSTALLER_URL ARTIFACT_URL
 #   INSTALL_METHOD RKE2_CONFIG REGISTRIES_YAML KUBE_VIP_MANIFEST REGISTRATION_ADDRESS JOIN_TIMEOUT
+#   HOST_ROOT (tests only: prefix of the paths this script reads and writes)
 set -euo pipefail
 : "${NODE_NAME:?}" "${RKE2_TYPE:?}" "${RKE2_VERSION:?}" "${INSTALLER_URL:?}" "${INSTALL_METHOD:?}" "${RKE2_CONFIG:?}"
 : "${ARTIFACT_URL=}" "${REGISTRIES_YAML=}" "${KUBE_VIP_MANIFEST=}" "${REGISTRATION_ADDRESS=}" "${JOIN_TIMEOUT:=900}"
@@ -11,16 +12,20 @@ umask 077
 token=$(cat)
 [[ -n $token ]] || fail "no join token on standard input"
 
+HOST_ROOT=${HOST_ROOT:-}
+etc=$HOST_ROOT/etc/rancher/rke2
+static_pods=$HOST_ROOT/var/lib/rancher/rke2/agent/pod-manifests
+kubelet_kubeconfig=$HOST_ROOT/var/lib/rancher/rke2/agent/kubelet.kubeconfig
+
 restart=false
-install -d -m 0700 /etc/rancher/rke2
-write_file /etc/rancher/rke2/join-token 0600 "$token" && restart=true
-write_file /etc/rancher/rke2/config.yaml 0600 "$RKE2_CONFIG" && restart=true
+install -d -m 0700 "$etc"
+write_file "$etc/join-token" 0600 "$token" && restart=true
+write_file "$etc/config.yaml" 0600 "$RKE2_CONFIG" && restart=true
 if [[ -n $REGISTRIES_YAML ]]; then
-  write_file /etc/rancher/rke2/registries.yaml 0600 "$REGISTRIES_YAML" && restart=true
+  write_file "$etc/registries.yaml" 0600 "$REGISTRIES_YAML" && restart=true
 else
-  remove_file /etc/rancher/rke2/registries.yaml && restart=true
+  remove_file "$etc/registries.yaml" && restart=true
 fi
-static_pods=/var/lib/rancher/rke2/agent/pod-manifests
 if [[ -n $KUBE_VIP_MANIFEST ]]; then
   write_file "$static_pods/kube-vip.yaml" 0600 "$KUBE_VIP_MANIFEST" || true
 else
@@ -28,7 +33,7 @@ else
 fi
 
 installed=""
-for bin in /usr/local/bin/rke2 /opt/rke2/bin/rke2 /usr/bin/rke2; do
+for bin in "$HOST_ROOT"{/usr/local/bin,/opt/rke2/bin,/usr/bin}/rke2; do
   if [[ -x $bin ]]; then
     installed=$("$bin" --version | awk 'NR == 1 {print $3}')
     break
@@ -53,7 +58,7 @@ fi
 ping_registration() { curl -ksf --max-time 5 "https://$REGISTRATION_ADDRESS/ping"; }
 
 if ! systemctl is-active --quiet "$unit"; then
-  if grep -q '^server:' /etc/rancher/rke2/config.yaml; then
+  if grep -q '^server:' "$etc/config.yaml"; then
     wait_until "$JOIN_TIMEOUT" "the registration address $REGISTRATION_ADDRESS to answer" ping_registration
   fi
   note "starting $unit (a first server start takes a few minutes)"
@@ -65,7 +70,7 @@ elif [[ $restart == true ]]; then
 fi
 
 node_registered() {
-  "$KUBECTL" --kubeconfig /var/lib/rancher/rke2/agent/kubelet.kubeconfig get node "$NODE_NAME"
+  "$KUBECTL" --kubeconfig "$kubelet_kubeconfig" get node "$NODE_NAME"
 }
 wait_until "$JOIN_TIMEOUT" "node $NODE_NAME to register" node_registered
 if [[ -n $REGISTRATION_ADDRESS ]]; then
