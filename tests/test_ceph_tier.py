@@ -10,15 +10,14 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-import jsonschema
 import pytest
-import yaml
 
 from components.ceph_tier import BLOCK_POOL, DATA_POOL, STORAGE_LABEL, fault_tolerance
 from components.cluster import GPU_TAINT, node_labels, node_taints
 from components.remote import script_text
 from stacks.settings import load
-from tests.conftest import evaluate, node_index, problems, requires_upstream, stack_doc
+from tests.conftest import evaluate, node_index, problems, stack_doc
+from tests.upstream import crd_schema_errors, helm_merge, spec_schema, unknown_value_paths, upstream_values
 
 OPERATOR, CLUSTER = "ceph-operator", "ceph-cluster"
 
@@ -36,79 +35,10 @@ def settings(stack: str = "prod"):
 # ---------------------------------------------------------------------------------------------
 
 
-def upstream_values(chart: str, version: str) -> dict[str, Any]:
-    return yaml.safe_load(requires_upstream("charts", chart, version, "values.yaml").read_text())
-
-
-def crd_schema(version: str, kind: str) -> dict[str, Any]:
-    path = requires_upstream("crds", "rook", version, "crds.yaml")
-    for doc in yaml.safe_load_all(path.read_text()):
-        if doc and doc["spec"]["names"]["kind"] == kind:
-            (served,) = [v for v in doc["spec"]["versions"] if v["name"] == "v1"]
-            return served["schema"]["openAPIV3Schema"]
-    raise AssertionError(f"{kind} not in {path}")
-
-
-def unknown_keys(mine: Any, upstream: Any, path: str = "", skip: frozenset[str] = frozenset()) -> list[str]:
-    """Key paths in `mine` that the upstream values.yaml does not have. Where upstream leaves a value
-    open (null, {} or a scalar placeholder), everything below it is accepted; list items are compared
-    with upstream's first item. Paths in `skip` are checked elsewhere (against CRDs)."""
-    if path in skip:
-        return []
-    if isinstance(mine, dict):
-        if not isinstance(upstream, dict) or not upstream:
-            return [] if upstream in (None, {}) else [f"{path} (upstream is not a map)"]
-        found = []
-        for key, value in mine.items():
-            sub = f"{path}.{key}" if path else key
-            if key not in upstream:
-                found.append(sub)
-            else:
-                found += unknown_keys(value, upstream[key], sub, skip)
-        return found
-    if isinstance(mine, list) and isinstance(upstream, list) and upstream and isinstance(upstream[0], dict):
-        return [k for item in mine for k in unknown_keys(item, upstream[0], f"{path}[]", skip)]
-    return []
-
-
-def helm_merge(defaults: Any, override: Any) -> Any:
-    """What Helm renders from chart defaults and user values: maps merge, anything else replaces."""
-    if isinstance(defaults, dict) and isinstance(override, dict):
-        merged = dict(defaults)
-        for key, value in override.items():
-            merged[key] = helm_merge(defaults.get(key), value) if value is not None else None
-        return {k: v for k, v in merged.items() if v is not None}
-    return copy.deepcopy(override)
-
-
-def strict(schema: dict[str, Any]) -> dict[str, Any]:
-    """A Kubernetes structural schema as JSON Schema that also refuses unknown fields: the API server
-    prunes them silently, which is the mistake these tests exist to catch."""
-    out = {k: v for k, v in schema.items() if not k.startswith("x-kubernetes-") and k != "nullable"}
-    if schema.get("x-kubernetes-int-or-string"):
-        out.pop("type", None)
-        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-    if schema.get("nullable") and "type" in out:
-        out["type"] = [out["type"], "null"]
-    if "properties" in schema:
-        out["properties"] = {k: strict(v) for k, v in schema["properties"].items()}
-        if not schema.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" not in schema:
-            out["additionalProperties"] = False
-    if isinstance(schema.get("additionalProperties"), dict):
-        out["additionalProperties"] = strict(schema["additionalProperties"])
-    if isinstance(schema.get("items"), dict):
-        out["items"] = strict(schema["items"])
-    for combinator in ("anyOf", "allOf", "oneOf"):
-        if combinator in schema:
-            out[combinator] = [strict(s) for s in schema[combinator]]
-    return out
-
-
 def schema_errors(kind: str, version: str, spec: dict[str, Any]) -> list[str]:
-    validator = jsonschema.Draft7Validator(strict(crd_schema(version, kind)["properties"]["spec"]))
-    return sorted(
-        f"{kind} spec.{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(spec)
-    )
+    """`spec` against the schema of `kind` in Rook's CRD bundle at `version`, unknown fields included."""
+    schema = spec_schema("rook", version, "crds.yaml", kind=kind, crd_version="v1")
+    return [f"{kind} spec.{error}" for error in crd_schema_errors(spec, schema)]
 
 
 def rendered(plan, version: str) -> dict[str, Any]:
@@ -134,7 +64,7 @@ def cephcluster_spec(merged: dict[str, Any]) -> dict[str, Any]:
 def test_operator_values_exist_in_the_pinned_chart(stack, request):
     plan = request.getfixturevalue(f"{stack}_plan")
     version = settings(stack).charts.rook_ceph.version
-    assert unknown_keys(values(plan, OPERATOR), upstream_values("rook-ceph", version)) == []
+    assert unknown_value_paths(values(plan, OPERATOR), upstream_values("rook-ceph", version)) == []
 
 
 @pytest.mark.parametrize("stack", ["prod", "lab"])
@@ -144,14 +74,14 @@ def test_cluster_values_exist_in_the_pinned_chart(stack, request):
     # cephClusterSpec and the pool/filesystem specs go verbatim into custom resources: checked
     # against the CRDs below. Everything else must be a key of the chart's values.
     skip = frozenset({"cephClusterSpec", "cephBlockPools[].spec", "cephFileSystems[].spec"})
-    assert unknown_keys(values(plan, CLUSTER), upstream_values("rook-ceph-cluster", version), skip=skip) == []
+    assert unknown_value_paths(values(plan, CLUSTER), upstream_values("rook-ceph-cluster", version), skip=skip) == []
 
 
 def test_the_key_check_catches_a_misspelled_key(prod_plan):
     version = settings().charts.rook_ceph.version
     wrong = copy.deepcopy(values(prod_plan, OPERATOR))
     wrong["csi"]["pluginToleration"] = wrong["csi"].pop("pluginTolerations")
-    assert unknown_keys(wrong, upstream_values("rook-ceph", version)) == ["csi.pluginToleration"]
+    assert unknown_value_paths(wrong, upstream_values("rook-ceph", version)) == ["csi.pluginToleration"]
 
 
 @pytest.mark.parametrize("stack", ["prod", "lab"])

@@ -247,8 +247,11 @@ def assert_diff_text(text: str, base: dict, head: dict) -> None:
     added = {r["urn"] for r in head["resources"]} - {r["urn"] for r in base["resources"]}
     removed = {r["urn"] for r in base["resources"]} - {r["urn"] for r in head["resources"]}
     assert lines[0].startswith(f"{len(added)} to add, {len(removed)} to remove, ")
-    assert {line[2:] for line in lines if line.startswith("+ ")} == added
-    assert {line[2:] for line in lines if line.startswith("- ")} == removed
+    resources = [line for line in lines if not line[2:].startswith("output ")]
+    assert {line[2:] for line in resources if line.startswith("+ ")} == added
+    assert {line[2:] for line in resources if line.startswith("- ")} == removed
+    new_outputs = head["outputs"].keys() - base["outputs"].keys()
+    assert {line[9:] for line in lines if line.startswith("+ output ")} == new_outputs
     assert all(re.match(r"^([-+~] |    )", line) for line in lines[1:]), "unexpected line in the diff"
 
 

@@ -16,7 +16,8 @@ from components.cluster import GPU_TAINT, ROLE_LABEL, node_labels
 from components.gpu_pool import gpu_operator_values
 from components.remote import script_text
 from stacks.settings import load
-from tests.conftest import evaluate, node_index, problems, requires_upstream, stack_doc
+from tests.conftest import evaluate, node_index, problems, stack_doc
+from tests.upstream import helm_merge, spec_schema, unknown_fields, unknown_value_paths, upstream_values
 
 GPU_OPERATOR_VERSION = "v26.7.0"
 PROVISIONER_VERSION = "2.9.0"
@@ -52,53 +53,6 @@ def _params(command: str) -> dict[str, str]:
     """The VAR=value parameters in front of `bash -c` in a host step's command."""
     prefix = command.split(" bash -c ", 1)[0]
     return dict(token.split("=", 1) for token in shlex.split(prefix) if "=" in token)
-
-
-def _unknown_keys(ours: Any, upstream: Any, path: str = "") -> list[str]:
-    """Paths in `ours` that upstream's values.yaml does not have. An empty upstream map or list is
-    free-form (e.g. `nodeSelector: {}`, `env: []`); list items are checked against upstream's first."""
-    if isinstance(ours, dict):
-        if not isinstance(upstream, dict):
-            return [f"{path} (upstream is not a map)"]
-        if not upstream:
-            return []
-        missing = []
-        for key, value in ours.items():
-            sub = f"{path}.{key}" if path else key
-            if key not in upstream:
-                missing.append(sub)
-            else:
-                missing += _unknown_keys(value, upstream[key], sub)
-        return missing
-    if isinstance(ours, list):
-        if not isinstance(upstream, list):
-            return [f"{path} (upstream is not a list)"]
-        if upstream and isinstance(upstream[0], dict):
-            return [m for item in ours for m in _unknown_keys(item, upstream[0], f"{path}[]")]
-    return []
-
-
-def _schema_unknown(ours: Any, schema: dict[str, Any], path: str) -> list[str]:
-    """Paths in `ours` that the CRD's openAPIV3Schema does not declare."""
-    if isinstance(ours, dict):
-        props = schema.get("properties")
-        if props is None:
-            return (
-                []
-                if schema.get("additionalProperties") or schema.get("x-kubernetes-preserve-unknown-fields")
-                else [path]
-            )
-        missing = []
-        for key, value in ours.items():
-            sub = f"{path}.{key}"
-            if key not in props:
-                missing += [] if sub in CHART_ONLY else [sub]
-            else:
-                missing += _schema_unknown(value, props[key], sub)
-        return missing
-    if isinstance(ours, list):
-        return [m for item in ours for m in _schema_unknown(item, schema.get("items", {}), f"{path}[]")]
-    return []
 
 
 def _tolerates(toleration: dict[str, Any], taint: str) -> bool:
@@ -141,39 +95,31 @@ def _set_gpu(raw: dict, **changes: Any) -> None:
 
 @pytest.mark.parametrize("stack", ["prod", "lab"])
 def test_gpu_operator_values_exist_upstream(stack, prod_plan, lab_plan):
-    upstream = yaml.safe_load(
-        requires_upstream("charts", "gpu-operator", GPU_OPERATOR_VERSION, "values.yaml").read_text()
-    )
+    upstream = upstream_values("gpu-operator", GPU_OPERATOR_VERSION)
     plan = prod_plan if stack == "prod" else lab_plan
-    unknown = [k for k in _unknown_keys(_values(plan, "gpu-operator"), upstream) if k not in NFD_SUBCHART_KEYS]
+    unknown = [k for k in unknown_value_paths(_values(plan, "gpu-operator"), upstream) if k not in NFD_SUBCHART_KEYS]
     assert unknown == [], f"gpu-operator values not in upstream values.yaml {GPU_OPERATOR_VERSION}: {unknown}"
 
 
 def test_gpu_operator_values_for_host_driver_exist_upstream():
-    upstream = yaml.safe_load(
-        requires_upstream("charts", "gpu-operator", GPU_OPERATOR_VERSION, "values.yaml").read_text()
-    )
+    upstream = upstream_values("gpu-operator", GPU_OPERATOR_VERSION)
     plan = evaluate("prod", lambda raw: raw["gpu"]["driver"].update(managedBy="host"))
-    unknown = [k for k in _unknown_keys(_values(plan, "gpu-operator"), upstream) if k not in NFD_SUBCHART_KEYS]
+    unknown = [k for k in unknown_value_paths(_values(plan, "gpu-operator"), upstream) if k not in NFD_SUBCHART_KEYS]
     assert unknown == []
 
 
 def test_own_nfd_values_exist_upstream():
     # GpuPool on its own (deploy_nfd=True) deploys the chart's NFD, worker restricted to GPU nodes.
-    upstream = yaml.safe_load(
-        requires_upstream("charts", "gpu-operator", GPU_OPERATOR_VERSION, "values.yaml").read_text()
-    )
+    upstream = upstream_values("gpu-operator", GPU_OPERATOR_VERSION)
     values = gpu_operator_values(load(stack_doc("prod")).gpu, deploy_nfd=True)
     assert values["nfd"] == {"enabled": True}
-    unknown = [k for k in _unknown_keys(values, upstream) if k not in NFD_SUBCHART_KEYS]
+    unknown = [k for k in unknown_value_paths(values, upstream) if k not in NFD_SUBCHART_KEYS]
     assert unknown == []
 
 
 def test_nfd_subchart_exception_is_only_what_the_parent_lacks():
     # The exception list must not hide a key the parent values.yaml does carry (it would then be checked).
-    upstream = yaml.safe_load(
-        requires_upstream("charts", "gpu-operator", GPU_OPERATOR_VERSION, "values.yaml").read_text()
-    )
+    upstream = upstream_values("gpu-operator", GPU_OPERATOR_VERSION)
     for path in NFD_SUBCHART_KEYS:
         node = upstream
         *parents, leaf = path.split(".")
@@ -184,15 +130,13 @@ def test_nfd_subchart_exception_is_only_what_the_parent_lacks():
 
 @pytest.mark.parametrize("stack", ["prod", "lab"])
 def test_cluster_policy_fields_exist_in_crd(stack, prod_plan, lab_plan):
-    crd = yaml.safe_load(
-        requires_upstream("crds", "gpu-operator", GPU_OPERATOR_VERSION, "nvidia.com_clusterpolicies.yaml").read_text()
-    )
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec = spec_schema("gpu-operator", GPU_OPERATOR_VERSION, "nvidia.com_clusterpolicies.yaml", crd_version="v1")
     values = _values(prod_plan if stack == "prod" else lab_plan, "gpu-operator")
     sections = {k: v for k, v in values.items() if k in CLUSTER_POLICY_SECTIONS}
     assert {"daemonsets", "toolkit", "driver", "dcgmExporter", "operator"} <= set(sections)
-    unknown = [m for key, value in sections.items() for m in _schema_unknown(value, spec["properties"][key], key)]
+    unknown = [
+        m for key, value in sections.items() for m in unknown_fields(value, spec["properties"][key], key, CHART_ONLY)
+    ]
     assert unknown == [], f"ClusterPolicy fields not in the CRD at {GPU_OPERATOR_VERSION}: {unknown}"
 
 
@@ -274,17 +218,14 @@ def test_one_nfd_in_the_cluster_and_it_labels_gpus_on_gpu_nodes(prod_plan):
         if r["inputs"]["chart"].endswith("network-operator")
     ]
     version = network_operator["inputs"]["version"]
-    defaults = yaml.safe_load(requires_upstream("charts", "network-operator", version, "values.yaml").read_text())
-    values = network_operator["inputs"]["values"]
+    merged = helm_merge(upstream_values("network-operator", version), network_operator["inputs"]["values"])
 
     def effective(*path: str) -> Any:
-        for source in (values, defaults):
-            node = source
-            for part in path:
-                node = node.get(part) if isinstance(node, dict) else None
-            if node is not None:
-                return node
-        return None
+        """What Helm renders at `path`: our values merged over the chart's defaults."""
+        node = merged
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
 
     assert effective("nfd", "enabled") is True
     tolerations = effective("node-feature-discovery", "worker", "tolerations")
@@ -373,10 +314,8 @@ def test_provisioner_serves_the_class_without_creating_a_second_one(prod_plan):
 
 
 def test_provisioner_values_exist_upstream(prod_plan):
-    upstream = yaml.safe_load(
-        requires_upstream("charts", "local-static-provisioner", PROVISIONER_VERSION, "values.yaml").read_text()
-    )
-    unknown = _unknown_keys(_values(prod_plan, "gpu-tier1-provisioner"), upstream)
+    upstream = upstream_values("local-static-provisioner", PROVISIONER_VERSION)
+    unknown = unknown_value_paths(_values(prod_plan, "gpu-tier1-provisioner"), upstream)
     assert unknown == [], f"provisioner values not in upstream values.yaml {PROVISIONER_VERSION}: {unknown}"
     (release,) = _component(prod_plan, "gpu-tier1-provisioner")
     assert release["inputs"]["version"] == PROVISIONER_VERSION
@@ -385,7 +324,10 @@ def test_provisioner_values_exist_upstream(prod_plan):
 def test_key_check_rejects_unknown_keys():
     # The walker behind the upstream checks must report what upstream lacks.
     upstream = {"a": {"b": 1}, "free": {}, "items": [{"x": 1}]}
-    assert _unknown_keys({"a": {"c": 1}, "free": {"any": 1}, "items": [{"y": 2}]}, upstream) == ["a.c", "items[].y"]
+    assert unknown_value_paths({"a": {"c": 1}, "free": {"any": 1}, "items": [{"y": 2}]}, upstream) == [
+        "a.c",
+        "items[0].y",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,22 +9,26 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-import jsonschema
 import pytest
-import yaml
 
 from components.cluster import API_PORT, GPU_TAINT, ROLE_LABEL, rke2_config
 from stacks.engine import Plan
 from stacks.settings import load
 from tests.conftest import evaluate, node_index, problems, requires_upstream, stack_doc
+from tests.upstream import (
+    crd_schema_errors,
+    spec_schema,
+    unknown_fields,
+    unknown_value_paths,
+    upstream_values,
+    values_schema_errors,
+)
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 COMMAND = "command:remote:Command"
 GPU_TAINT_KEY = GPU_TAINT.split("=", 1)[0]
-# What a Kubernetes toleration may hold (core/v1 Toleration).
-TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -64,75 +68,6 @@ def releases(plan: Plan) -> dict[str, dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Checking values against upstream
-# ---------------------------------------------------------------------------------------------
-
-
-def unknown_value_paths(ours: Any, upstream: Any, path: str = "") -> list[str]:
-    """Paths in `ours` (Helm values) that upstream's values.yaml does not have.
-
-    Maps are compared key by key; a list of maps (tolerations) may only use keys upstream's items use
-    or, for tolerations, the fields of a Kubernetes toleration.
-    """
-    found: list[str] = []
-    if isinstance(ours, dict):
-        if not isinstance(upstream, dict):
-            return [f"{path} (upstream is {type(upstream).__name__}, not a map)"]
-        for key, value in ours.items():
-            here = f"{path}.{key}" if path else key
-            if key not in upstream:
-                found.append(here)
-            else:
-                found += unknown_value_paths(value, upstream[key], here)
-    elif isinstance(ours, list) and ours and all(isinstance(item, dict) for item in ours):
-        allowed = {k for item in (upstream or []) if isinstance(item, dict) for k in item}
-        if path.endswith("tolerations"):
-            allowed |= TOLERATION_KEYS
-        for i, item in enumerate(ours):
-            found += [f"{path}[{i}].{k}" for k in item if k not in allowed]
-    return found
-
-
-def unknown_schema_paths(ours: Any, schema: dict[str, Any], path: str = "") -> list[str]:
-    """Paths in `ours` that an openAPIV3Schema does not declare (CRDs prune unknown fields silently)."""
-    found: list[str] = []
-    if isinstance(ours, dict) and "properties" in schema:
-        for key, value in ours.items():
-            here = f"{path}.{key}" if path else key
-            if key not in schema["properties"]:
-                found.append(here)
-            else:
-                found += unknown_schema_paths(value, schema["properties"][key], here)
-    elif isinstance(ours, list) and "items" in schema:
-        for i, item in enumerate(ours):
-            found += unknown_schema_paths(item, schema["items"], f"{path}[{i}]")
-    return found
-
-
-def schema_errors(ours: Any, schema: dict[str, Any]) -> list[str]:
-    """Type, enum and required-field violations (jsonschema; Kubernetes' x- extensions are ignored)."""
-    return [
-        f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
-        for e in jsonschema.Draft7Validator(schema).iter_errors(ours)
-    ]
-
-
-def upstream_values(chart: str, version: str) -> Any:
-    return yaml.safe_load(requires_upstream("charts", chart, version, "values.yaml").read_text())
-
-
-def crd_schema(*parts: str, version: Optional[str] = None) -> dict[str, Any]:
-    doc = yaml.safe_load(requires_upstream("crds", *parts).read_text())
-    versions = doc["spec"]["versions"]
-    chosen = next(v for v in versions if v["name"] == version) if version else versions[0]
-    return chosen["schema"]["openAPIV3Schema"]
-
-
-def spec_schema(*parts: str, version: str) -> dict[str, Any]:
-    return crd_schema(*parts, version=version)["properties"]["spec"]
-
-
-# ---------------------------------------------------------------------------------------------
 # The CNI
 # ---------------------------------------------------------------------------------------------
 
@@ -158,7 +93,7 @@ def test_cilium_values_exist_upstream_and_match_the_schema(prod_plan, ofed_plan)
     for plan in (prod_plan, ofed_plan):  # KPR on and off
         values = inputs(plan, "network-cni")["values"]
         assert unknown_value_paths(values, upstream) == []
-        assert schema_errors(values, schema) == []
+        assert values_schema_errors(values, schema) == []
 
 
 def test_cilium_fits_rke2_with_kube_proxy_replacement(prod_plan):
@@ -215,9 +150,9 @@ def test_calico_installation_matches_the_cluster_cidr_and_exists_upstream(calico
     top = {k: v for k, v in values.items() if k != "installation"}
     assert unknown_value_paths(top, upstream) == []
     installation = {k: v for k, v in values["installation"].items() if k != "enabled"}
-    schema = spec_schema("calico", cni["version"], "operator.tigera.io_installations.yaml", version="v1")
-    assert unknown_schema_paths(installation, schema) == []
-    assert schema_errors(installation, schema) == []
+    schema = spec_schema("calico", cni["version"], "operator.tigera.io_installations.yaml", crd_version="v1")
+    assert unknown_fields(installation, schema) == []
+    assert crd_schema_errors(installation, schema) == []
     assert values["installation"]["enabled"] is True
     pools = installation["calicoNetwork"]["ipPools"]
     assert [p["cidr"] for p in pools] == [stack_doc("prod")["network"]["clusterCidr"]]
@@ -332,9 +267,9 @@ def test_nic_cluster_policy_fields_exist_upstream(plan_name, request):
         "NicClusterPolicy",
         {"name": "nic-cluster-policy"},
     )
-    schema = spec_schema("network-operator", version, "mellanox.com_nicclusterpolicies.yaml", version="v1alpha1")
-    assert unknown_schema_paths(policy["spec"], schema) == []
-    assert schema_errors(policy["spec"], schema) == []
+    schema = spec_schema("network-operator", version, "mellanox.com_nicclusterpolicies.yaml", crd_version="v1alpha1")
+    assert unknown_fields(policy["spec"], schema) == []
+    assert crd_schema_errors(policy["spec"], schema) == []
 
 
 def test_rdma_device_plugin_is_restricted_to_gpu_nodes(prod_plan):
@@ -398,9 +333,9 @@ def test_custom_resources_wait_for_the_operator_release(prod_plan):
 def test_ipoib_network_fields_exist_upstream_and_follow_settings(prod_plan):
     version = "v" + inputs(prod_plan, "network-network-operator")["version"]
     network = inputs(prod_plan, "network-ipoib-network")
-    schema = spec_schema("network-operator", version, "mellanox.com_ipoibnetworks.yaml", version="v1alpha1")
-    assert unknown_schema_paths(network["spec"], schema) == []
-    assert schema_errors(network["spec"], schema) == []
+    schema = spec_schema("network-operator", version, "mellanox.com_ipoibnetworks.yaml", crd_version="v1alpha1")
+    assert unknown_fields(network["spec"], schema) == []
+    assert crd_schema_errors(network["spec"], schema) == []
     ipoib = stack_doc("prod")["network"]["infiniband"]["ipoibNetwork"]
     gpu_interfaces = {n["infiniband"]["interface"] for n in stack_doc("prod")["nodes"] if n["role"] == "gpu"}
     assert network["metadata"] == {"name": ipoib["name"]}
@@ -430,10 +365,10 @@ def test_ipoib_pool_follows_settings(prod_plan):
 def test_ipoib_pool_fields_exist_upstream(prod_plan):
     # nv-ipam's CRD comes with the operator's nv-ipam state, not with the chart: only checked when a
     # copy is present upstream.
-    schema = spec_schema("network-operator", "v26.4.1", "nv-ipam.nvidia.com_ippools.yaml", version="v1alpha1")
+    schema = spec_schema("network-operator", "v26.4.1", "nv-ipam.nvidia.com_ippools.yaml", crd_version="v1alpha1")
     spec = inputs(prod_plan, "network-ipoib-pool")["spec"]
-    assert unknown_schema_paths(spec, schema) == []
-    assert schema_errors(spec, schema) == []
+    assert unknown_fields(spec, schema) == []
+    assert crd_schema_errors(spec, schema) == []
 
 
 def test_without_ipoib_network_no_multus_and_empty_output(lab_plan):
@@ -520,9 +455,9 @@ def test_the_upstream_checks_catch_a_misspelt_key():
         "ipam.mdoe",
         "tolerations[0].opertor",
     ]
-    schema = spec_schema("network-operator", "v26.4.1", "mellanox.com_nicclusterpolicies.yaml", version="v1alpha1")
+    schema = spec_schema("network-operator", "v26.4.1", "mellanox.com_nicclusterpolicies.yaml", crd_version="v1alpha1")
     typo = {"rdmaSharedDevicePlugin": {"image": "x", "resourceName": "ib"}, "tolerations": [{"key": "a"}]}
-    assert unknown_schema_paths(typo, schema) == ["rdmaSharedDevicePlugin.resourceName"]
-    assert schema_errors({"rdmaSharedDevicePlugin": {"version": "x"}}, schema) == [
+    assert unknown_fields(typo, schema) == ["rdmaSharedDevicePlugin.resourceName"]
+    assert crd_schema_errors({"rdmaSharedDevicePlugin": {"version": "x"}}, schema) == [
         "rdmaSharedDevicePlugin: 'image' is a required property"
     ]
