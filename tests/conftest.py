@@ -49,6 +49,17 @@ def problems(stack: str = "prod", mutate: Optional[Callable[[dict], Any]] = None
     return []
 
 
+def tolerates(toleration: dict[str, Any], taint: str) -> bool:
+    """Kubernetes' rule: does `toleration` tolerate the taint `key=value:Effect`?"""
+    key_value, effect = taint.rsplit(":", 1)
+    key, _, value = key_value.partition("=")
+    if toleration.get("effect") not in (None, "", effect):
+        return False
+    if toleration.get("operator", "Equal") == "Exists":
+        return toleration.get("key") in (None, "", key)
+    return toleration.get("key") == key and toleration.get("value", "") == value
+
+
 def node_index(raw: dict, name: str) -> int:
     return next(i for i, n in enumerate(raw["nodes"]) if n["name"] == name)
 

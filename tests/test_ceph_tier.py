@@ -16,7 +16,7 @@ from components.ceph_tier import BLOCK_POOL, DATA_POOL, STORAGE_LABEL, fault_tol
 from components.cluster import GPU_TAINT, node_labels, node_taints
 from components.remote import script_text
 from stacks.settings import load
-from tests.conftest import evaluate, node_index, problems, stack_doc
+from tests.conftest import evaluate, node_index, problems, stack_doc, tolerates
 from tests.upstream import crd_schema_errors, helm_merge, spec_schema, unknown_value_paths, upstream_values
 
 OPERATOR, CLUSTER = "ceph-operator", "ceph-cluster"
@@ -184,17 +184,6 @@ def test_every_pool_keeps_three_copies_on_three_hosts_and_needs_two(prod_plan):
 # ---------------------------------------------------------------------------------------------
 # CSI node plugins on GPU nodes
 # ---------------------------------------------------------------------------------------------
-
-
-def tolerates(toleration: dict[str, str], taint: str) -> bool:
-    """Kubernetes' rule: does `toleration` tolerate the taint `key=value:Effect`?"""
-    key_value, effect = taint.rsplit(":", 1)
-    key, _, value = key_value.partition("=")
-    if toleration.get("effect") not in (None, "", effect):
-        return False
-    if toleration.get("operator", "Equal") == "Exists":
-        return toleration.get("key") in (None, "", key)
-    return toleration.get("key") == key and toleration.get("value", "") == value
 
 
 def test_tolerates_follows_kubernetes_rules():

@@ -16,7 +16,7 @@ from components.cluster import GPU_TAINT, ROLE_LABEL, node_labels
 from components.gpu_pool import gpu_operator_values
 from components.remote import script_text
 from stacks.settings import load
-from tests.conftest import evaluate, node_index, problems, stack_doc
+from tests.conftest import evaluate, node_index, problems, stack_doc, tolerates
 from tests.upstream import helm_merge, spec_schema, unknown_fields, unknown_value_paths, upstream_values
 
 GPU_OPERATOR_VERSION = "v26.7.0"
@@ -53,17 +53,6 @@ def _params(command: str) -> dict[str, str]:
     """The VAR=value parameters in front of `bash -c` in a host step's command."""
     prefix = command.split(" bash -c ", 1)[0]
     return dict(token.split("=", 1) for token in shlex.split(prefix) if "=" in token)
-
-
-def _tolerates(toleration: dict[str, Any], taint: str) -> bool:
-    """Kubernetes' matching of a toleration against `key=value:Effect`."""
-    key_value, effect = taint.split(":", 1)
-    key, _, value = key_value.partition("=")
-    if toleration.get("effect") and toleration["effect"] != effect:
-        return False
-    if toleration.get("operator", "Equal") == "Exists":
-        return toleration.get("key", "") in ("", key)
-    return toleration.get("key") == key and toleration.get("value", "") == value
 
 
 def _toleration_lists(values: Any, path: str = "") -> dict[str, list]:
@@ -205,7 +194,7 @@ def test_every_toleration_list_tolerates_the_gpu_taint(release, prod_plan):
     }[release]
     assert set(lists) == expected
     for path, tolerations in lists.items():
-        assert any(_tolerates(t, GPU_TAINT) for t in tolerations), f"{release}: {path} does not tolerate {GPU_TAINT}"
+        assert any(tolerates(t, GPU_TAINT) for t in tolerations), f"{release}: {path} does not tolerate {GPU_TAINT}"
 
 
 def test_one_nfd_in_the_cluster_and_it_labels_gpus_on_gpu_nodes(prod_plan):
@@ -229,7 +218,7 @@ def test_one_nfd_in_the_cluster_and_it_labels_gpus_on_gpu_nodes(prod_plan):
 
     assert effective("nfd", "enabled") is True
     tolerations = effective("node-feature-discovery", "worker", "tolerations")
-    assert any(_tolerates(t, GPU_TAINT) for t in tolerations)
+    assert any(tolerates(t, GPU_TAINT) for t in tolerations)
     assert effective("node-feature-discovery", "worker", "nodeSelector") in (None, {}, {ROLE_LABEL: "gpu"})
     pci = effective("node-feature-discovery", "worker", "config", "sources", "pci")
     assert any(c.startswith("03") for c in pci["deviceClassWhitelist"])  # display controllers: the GPUs
@@ -238,12 +227,10 @@ def test_one_nfd_in_the_cluster_and_it_labels_gpus_on_gpu_nodes(prod_plan):
 
 def test_toleration_matching_is_not_trivially_true():
     # The helper the test above relies on must reject tolerations for other taints.
-    assert not _tolerates({"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}, GPU_TAINT)
-    assert not _tolerates({"key": "nvidia.com/gpu", "operator": "Equal", "value": "false"}, GPU_TAINT)
-    assert not _tolerates({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}, GPU_TAINT)
-    assert _tolerates(
-        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}, GPU_TAINT
-    )
+    assert not tolerates({"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}, GPU_TAINT)
+    assert not tolerates({"key": "nvidia.com/gpu", "operator": "Equal", "value": "false"}, GPU_TAINT)
+    assert not tolerates({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}, GPU_TAINT)
+    assert tolerates({"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}, GPU_TAINT)
 
 
 def test_node_agents_select_the_gpu_role_label(prod_plan):
