@@ -78,18 +78,18 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
 
 
+def _stacks_plan(tree: Path, *args: str) -> subprocess.CompletedProcess:
+    """`python -m stacks.plan ARGS` with the planner of the revision checked out at `tree`."""
+    return subprocess.run(
+        [sys.executable, "-m", "stacks.plan", *args], cwd=tree, env=_env(), capture_output=True, text=True, timeout=900
+    )
+
+
 def plan(side: Side, stack: str, out: Path) -> Optional[str]:
     """Write the offline plan of `stack` at `side` to `out`; None when it worked, else why not."""
     if not (side.tree / "stacks" / "plan.py").exists():
         return f"{side.label} has no offline planner (stacks/plan.py)"
-    result = subprocess.run(
-        [sys.executable, "-m", "stacks.plan", stack, "--out", str(out)],
-        cwd=side.tree,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    result = _stacks_plan(side.tree, stack, "--out", str(out))
     if result.returncode != 0:
         tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
         return f"`python -m stacks.plan {stack}` at {side.label} exited with {result.returncode}:\n{tail}"
@@ -115,14 +115,7 @@ def review_stack(stack: str, base: Side, head: Side, out: Path) -> StackReview:
         problem = plan(base, stack, base_json)
         if problem is not None:
             return StackReview(stack, True, f"no diff: the base {base.label} cannot be planned", "", problem)
-    result = subprocess.run(
-        [sys.executable, "-m", "stacks.plan", "--diff", str(base_json), str(head_json)],
-        cwd=head.tree,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = _stacks_plan(head.tree, "--diff", str(base_json), str(head_json))
     if result.returncode != 0:
         return StackReview(stack, False, "the diff failed", "", result.stderr.strip())
     text = result.stdout.rstrip("\n")
