@@ -17,7 +17,7 @@ Rook release line: v1.19. From v1.20 the operator chart no longer configures the
 node plugins' tolerations move to the separate `ceph-csi-drivers` chart (ceph-csi-operator), which
 is not in the reference data this project checks its values against. v1.19 sets them through the
 operator chart's `csi.pluginTolerations`, which Rook copies into the ceph-csi-operator's
-OperatorConfig and Driver resources. Settings refuse another Rook line (`stacks/settings.py`).
+OperatorConfig and Driver resources. Settings refuse another Rook line (`settings/storage.py`, `settings/rules.py`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import pulumi_kubernetes as k8s
 from components.cluster import GPU_TAINT
 from components.helm import release
 from components.remote import HostAccess, host_script
-from stacks.settings import CephSettings, Charts, NodeSettings
+from settings import CephSettings, Charts, NodeSettings
 
 STORAGE_LABEL = "ml-platform.io/ceph-storage"  # set by ClusterBootstrap on every node with osdDevices
 OPERATOR_RELEASE = "rook-ceph"

@@ -28,7 +28,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.remote import HostAccess, host_script
-from stacks.settings import ClusterSettings, NetworkSettings, NodeSettings
+from settings import ClusterSettings, NetworkSettings, NodeSettings
 
 API_PORT = 6443
 SUPERVISOR_PORT = 9345  # RKE2's registration (supervisor) port

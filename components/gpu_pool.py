@@ -39,7 +39,7 @@ import yaml
 from components.cluster import GPU_TAINT, ROLE_LABEL
 from components.helm import release
 from components.remote import HostAccess, host_script
-from stacks.settings import Charts, GpuSettings, NodeSettings, NvmeDevice, Tier1Settings
+from settings import Charts, GpuSettings, NodeSettings, NvmeDevice, Tier1Settings
 
 # RKE2's embedded containerd (docs.rke2.io: CLI tools; advanced: configuring containerd).
 RKE2_CONTAINERD_SOCKET = "/run/k3s/containerd/containerd.sock"

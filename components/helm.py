@@ -8,7 +8,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stacks.settings import Chart
+from settings import Chart
 
 
 def release(

@@ -12,7 +12,7 @@ from typing import Optional
 import pulumi
 
 from components.remote import HostAccess
-from stacks.settings import MinioSettings, NasSettings
+from settings import MinioSettings, NasSettings
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ import pulumi_kubernetes as k8s
 from components.cluster import API_PORT, GPU_TAINT, ROLE_LABEL
 from components.helm import release
 from components.remote import HostAccess, host_script
-from stacks.settings import Charts, ClusterSettings, InfinibandSettings, NetworkSettings, NodeSettings
+from settings import Charts, ClusterSettings, InfinibandSettings, NetworkSettings, NodeSettings
 
 NETWORK_OPERATOR_NAMESPACE = "nvidia-network-operator"
 # The operator reconciles only the NicClusterPolicy of this name.

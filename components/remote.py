@@ -25,7 +25,7 @@ from typing import Optional
 import pulumi
 import pulumi_command as command
 
-from stacks.settings import Settings
+from settings import Settings
 
 SCRIPTS = Path(__file__).parent / "scripts"
 

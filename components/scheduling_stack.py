@@ -12,7 +12,7 @@ from typing import Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stacks.settings import Charts, SchedulingSettings
+from settings import Charts, SchedulingSettings
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.remote import HostAccess
-from stacks.settings import Charts, MonitoringSettings
+from settings import Charts, MonitoringSettings
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from pulumi.runtime import settings as runtime_settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from stacks.settings import NAMESPACE
+from settings import NAMESPACE
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "ml-platform"

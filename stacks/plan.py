@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
+from settings import SettingsError
 from stacks.engine import SECRET, Plan, evaluate_stack
-from stacks.settings import SettingsError
 
 
 def summary(plan: Plan) -> str:

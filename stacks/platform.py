@@ -23,8 +23,8 @@ from components.network_fabric import NetworkFabric, NetworkFabricArgs
 from components.remote import host_accesses
 from components.scheduling_stack import SchedulingStack, SchedulingStackArgs
 from components.zabbix_monitoring import ZabbixMonitoring, ZabbixMonitoringArgs
+from settings import NAMESPACE, SECRET_KEYS, Settings, load
 from stacks import outputs
-from stacks.settings import NAMESPACE, SECRET_KEYS, Settings, load
 
 
 @dataclass(frozen=True)

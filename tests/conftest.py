@@ -11,8 +11,8 @@ from typing import Any, Optional
 import pytest
 import yaml
 
+from settings import SettingsError, load
 from stacks import engine
-from stacks.settings import SettingsError, load
 
 ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM = ROOT.parent / "shared" / "upstream"

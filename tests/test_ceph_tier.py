@@ -15,7 +15,7 @@ import pytest
 from components.ceph_tier import BLOCK_POOL, DATA_POOL, STORAGE_LABEL, fault_tolerance
 from components.cluster import GPU_TAINT, node_labels, node_taints
 from components.remote import script_text
-from stacks.settings import load
+from settings import load
 from tests.conftest import evaluate, node_index, problems, stack_doc, tolerates
 from tests.upstream import crd_schema_errors, helm_merge, spec_schema, unknown_value_paths, upstream_values
 

@@ -7,8 +7,9 @@ import typing
 
 from pydantic import BaseModel
 
+from settings import Charts, Settings
+from settings.root import _unwrap
 from stacks.outputs import CONTRACT
-from stacks.settings import Charts, Settings, _unwrap
 from tests.conftest import ROOT
 
 README = (ROOT / "README.md").read_text()

@@ -15,7 +15,7 @@ import yaml
 from components.cluster import GPU_TAINT, ROLE_LABEL, node_labels
 from components.gpu_pool import gpu_operator_values
 from components.remote import script_text
-from stacks.settings import load
+from settings import load
 from tests.conftest import evaluate, node_index, problems, stack_doc, tolerates
 from tests.upstream import helm_merge, spec_schema, unknown_fields, unknown_value_paths, upstream_values
 

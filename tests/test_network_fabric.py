@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from components.cluster import API_PORT, GPU_TAINT, ROLE_LABEL, rke2_config
+from settings import load
 from stacks.engine import Plan
-from stacks.settings import load
 from tests.conftest import evaluate, node_index, problems, requires_upstream, stack_doc
 from tests.upstream import (
     crd_schema_errors,

@@ -147,7 +147,7 @@ def test_misspelled_key_exits_2(tmp_path):
 
 
 def test_invalid_settings_register_nothing():
-    from stacks.settings import SettingsError
+    from settings import SettingsError
 
     def mutate(raw):
         raw["nodes"][0]["address"] = "not-an-ip"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from components.cluster import prepare_params
 from components.remote import script_text
-from stacks.settings import load
+from settings import load
 from tests.conftest import stack_doc
 
 STUBS = Path(__file__).parent / "stubs" / "host"

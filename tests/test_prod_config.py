@@ -29,6 +29,6 @@ def test_prod_sets_every_key():
 
 def test_prod_pins_every_chart():
     charts = stack_doc("prod")["charts"]
-    from stacks.settings import Charts
+    from settings import Charts
 
     assert set(charts) == {f.alias for f in Charts.model_fields.values()}

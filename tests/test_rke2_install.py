@@ -12,7 +12,7 @@ import yaml
 
 from components.cluster import rke2_params
 from components.remote import script_text
-from stacks.settings import load
+from settings import load
 from tests.conftest import stack_doc
 
 STUBS = Path(__file__).parent / "stubs"

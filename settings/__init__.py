@@ -1,0 +1,51 @@
+"""Settings: the ground floor of the import graph (components and stacks import it; it imports neither).
+
+One module per area (`cluster`, `nodes`, `network`, `gpu`, `storage`, `scheduling`, `monitoring`,
+`charts`), shared field types in `types`, cross-area rules in `rules`, the root model and `load()` in
+`root`. Import what you need from here.
+"""
+
+from settings.charts import Chart, Charts
+from settings.cluster import Bastion, ClusterSettings, EtcdSnapshots, Rke2Install, SshSettings, VirtualIp
+from settings.gpu import GpuDriver, GpuSettings, Tier1Settings, TimeSlicing
+from settings.monitoring import MonitoringSettings
+from settings.network import InfinibandSettings, IpoibNetwork, NetworkSettings
+from settings.nodes import GpuSpec, InfinibandSpec, NasHost, NasSettings, NodeSettings, NvmeDevice, OsdDevice
+from settings.root import NAMESPACE, SECRET_KEYS, Settings, SettingsError, load
+from settings.scheduling import SchedulingSettings
+from settings.storage import CephSettings, MinioSettings, StorageSettings
+
+__all__ = [
+    "NAMESPACE",
+    "SECRET_KEYS",
+    "Bastion",
+    "CephSettings",
+    "Chart",
+    "Charts",
+    "ClusterSettings",
+    "EtcdSnapshots",
+    "GpuDriver",
+    "GpuSettings",
+    "GpuSpec",
+    "InfinibandSettings",
+    "InfinibandSpec",
+    "IpoibNetwork",
+    "MinioSettings",
+    "MonitoringSettings",
+    "NasHost",
+    "NasSettings",
+    "NetworkSettings",
+    "NodeSettings",
+    "NvmeDevice",
+    "OsdDevice",
+    "Rke2Install",
+    "SchedulingSettings",
+    "Settings",
+    "SettingsError",
+    "SshSettings",
+    "StorageSettings",
+    "Tier1Settings",
+    "TimeSlicing",
+    "VirtualIp",
+    "load",
+]

@@ -1,0 +1,170 @@
+"""The whole configuration of one environment, validated before anything is created.
+
+This package is the only place that knows the shape of `Pulumi.<stack>.yaml`. Every key lives under
+the `ml-platform:` namespace, one top-level key per area (`cluster`, `ssh`, `nodes`, ...), camelCase
+in YAML and snake_case here; each area's models live in their own module. `load()` turns the raw
+config into a frozen `Settings` object or raises `SettingsError` listing every problem, one per line,
+each naming its path and the fix. Rules that relate several areas live in `settings.rules`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from typing import Any, Optional
+
+import pulumi
+from pydantic import BaseModel, Field, ValidationError
+
+from settings.charts import Charts
+from settings.cluster import ClusterSettings, SshSettings
+from settings.gpu import GpuSettings
+from settings.monitoring import MonitoringSettings
+from settings.network import NetworkSettings
+from settings.nodes import NasSettings, NodeSettings
+from settings.rules import cross_field_problems
+from settings.scheduling import SchedulingSettings
+from settings.storage import StorageSettings
+from settings.types import Model
+
+NAMESPACE = "ml-platform"
+
+# Config keys that hold secrets. They are read with `require_secret`/`get_secret` and never enter
+# the settings model, so their values cannot leak through validation messages.
+SECRET_KEYS = {
+    "sshPrivateKey": "the SSH private key (PEM/OpenSSH) that logs in to every node and NAS host",
+    "rke2Token": "the RKE2 join token; when unset, one is generated and kept (secret) in the stack state",
+}
+
+
+class SettingsError(pulumi.RunError):
+    """Invalid settings: every problem, one per line. Raised before any resource is registered."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid settings:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+class Settings(Model):
+    cluster: ClusterSettings
+    ssh: SshSettings = SshSettings()
+    nodes: list[NodeSettings] = Field(min_length=1)
+    nas: NasSettings = NasSettings()
+    network: NetworkSettings = NetworkSettings()
+    gpu: GpuSettings = GpuSettings()
+    storage: StorageSettings = StorageSettings()
+    scheduling: SchedulingSettings = SchedulingSettings()
+    monitoring: MonitoringSettings = MonitoringSettings()
+    charts: Charts = Charts()
+
+    @property
+    def servers(self) -> list[NodeSettings]:
+        return [n for n in self.nodes if n.control_plane]
+
+    @property
+    def init_server(self) -> NodeSettings:
+        """The server that initialises the cluster (and whose kubeconfig the program reads)."""
+        name = self.cluster.init_server or self.servers[0].name
+        return next(n for n in self.nodes if n.name == name)
+
+    @property
+    def gpu_nodes(self) -> list[NodeSettings]:
+        return [n for n in self.nodes if n.role == "gpu"]
+
+    @property
+    def cpu_nodes(self) -> list[NodeSettings]:
+        return [n for n in self.nodes if n.role == "cpu"]
+
+    @property
+    def storage_hosts(self) -> list[NodeSettings]:
+        return [n for n in self.nodes if n.storage_host]
+
+
+def load(raw: dict[str, Any]) -> Settings:
+    """Validate the raw config (area key -> parsed YAML value) and return the settings.
+
+    Raises SettingsError with every problem found: first the shape and types of every key; when
+    those are right, the rules that relate several fields.
+    """
+    problems = [_unknown_area(key) for key in raw if key not in Settings.model_fields and _alias_field(key) is None]
+    known = {k: v for k, v in raw.items() if k not in SECRET_KEYS}
+    known = {k: v for k, v in known.items() if _alias_field(k) is not None}
+    try:
+        settings = Settings.model_validate(known, by_alias=True)
+    except ValidationError as exc:
+        raise SettingsError(problems + [_describe(err) for err in exc.errors()]) from None
+    problems += cross_field_problems(settings)
+    if problems:
+        raise SettingsError(problems)
+    return settings
+
+
+def _alias_field(alias: str) -> Optional[str]:
+    return _aliases(Settings).get(alias)
+
+
+def _aliases(model: type[BaseModel]) -> dict[str, str]:
+    return {(f.alias or name): name for name, f in model.model_fields.items()}
+
+
+def _unknown_area(key: str) -> str:
+    valid = sorted(set(_aliases(Settings)) | set(SECRET_KEYS))
+    return f"{NAMESPACE}:{key}: unknown key{_suggest(key, valid)}; valid keys are {', '.join(valid)}"
+
+
+def _suggest(key: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    if not close:
+        close = [v for v in valid if v.lower() == key.lower()]
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _path(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _describe(err: dict) -> str:
+    loc = tuple(err["loc"])
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        model = _model_at(loc[:-1])
+        valid = sorted(_aliases(model)) if model else []
+        hint = _suggest(str(loc[-1]), valid)
+        listing = f"; valid keys here: {', '.join(valid)}" if valid else ""
+        return f"{_path(loc)}: unknown key{hint}{listing}"
+    if kind == "missing":
+        return f"{_path(loc)}: required; add it"
+    if kind == "literal_error":
+        return f"{_path(loc)}: {err['input']!r} is not allowed; use {err['ctx']['expected']}"
+    if kind == "value_error":
+        return f"{_path(loc)}: {err['ctx']['error']}"
+    if kind.endswith("_type") or kind in ("model_type", "model_attributes_type"):
+        return f"{_path(loc)}: {err['msg'].lower()}, got {type(err['input']).__name__} {err['input']!r}"
+    return f"{_path(loc)}: {err['msg']}"
+
+
+def _model_at(loc: tuple) -> Optional[type[BaseModel]]:
+    """The settings model that the config path `loc` points into (for unknown-key hints)."""
+    current: Any = Settings
+    for part in loc:
+        current = _unwrap(current)
+        if isinstance(part, int):
+            args = typing.get_args(current)
+            current = args[0] if args else None
+        elif isinstance(current, type) and issubclass(current, BaseModel):
+            field = _aliases(current).get(part)
+            current = current.model_fields[field].annotation if field else None
+        else:
+            return None
+    current = _unwrap(current)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unwrap(tp: Any) -> Any:
+    if typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0] if len(args) == 1 else tp
+    return tp
