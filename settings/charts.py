@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from settings.types import Model, Url, Version
@@ -10,31 +12,61 @@ from settings.types import Model, Url, Version
 class Chart(Model):
     """A Helm chart at a pinned version. `repository` may point at an internal mirror."""
 
-    name: str = Field(min_length=1)
-    version: Version
-    repository: Url
+    name: str = Field(min_length=1, description="The chart's name in its repository.")
+    version: Version = Field(description="The pinned chart version.")
+    repository: Url = Field(
+        description="The Helm repository (`https://...`) or OCI registry path (`oci://...`); "
+        "point it at an internal mirror for air-gapped sites."
+    )
+
+
+def _chart(name: str, version: str, repository: str, description: str) -> Any:
+    """A chart field: its default release and what it is for."""
+    return Field(default=Chart(name=name, version=version, repository=repository), description=description)
 
 
 class Charts(Model):
-    cilium: Chart = Chart(name="cilium", version="1.19.6", repository="https://helm.cilium.io")
-    tigera_operator: Chart = Chart(
-        name="tigera-operator", version="v3.31.7", repository="https://docs.tigera.io/calico/charts"
+    cilium: Chart = _chart(
+        "cilium", "1.19.6", "https://helm.cilium.io", "Cilium, the CNI with `network.cni: cilium` (RKE2's Cilium line)."
     )
-    network_operator: Chart = Chart(
-        name="network-operator", version="26.4.1", repository="https://helm.ngc.nvidia.com/nvidia"
+    tigera_operator: Chart = _chart(
+        "tigera-operator",
+        "v3.31.7",
+        "https://docs.tigera.io/calico/charts",
+        "The tigera-operator, which installs Calico with `network.cni: calico`.",
     )
-    gpu_operator: Chart = Chart(name="gpu-operator", version="v26.7.0", repository="https://helm.ngc.nvidia.com/nvidia")
-    local_static_provisioner: Chart = Chart(
-        name="local-static-provisioner",
-        version="2.9.0",
-        repository="https://kubernetes-sigs.github.io/sig-storage-local-static-provisioner",
+    network_operator: Chart = _chart(
+        "network-operator",
+        "26.4.1",
+        "https://helm.ngc.nvidia.com/nvidia",
+        "NVIDIA Network Operator (InfiniBand, RDMA device plugin, NFD); its version also tags the "
+        "NicClusterPolicy's component images.",
+    )
+    gpu_operator: Chart = _chart(
+        "gpu-operator", "v26.7.0", "https://helm.ngc.nvidia.com/nvidia", "NVIDIA GPU Operator on the GPU nodes."
+    )
+    local_static_provisioner: Chart = _chart(
+        "local-static-provisioner",
+        "2.9.0",
+        "https://kubernetes-sigs.github.io/sig-storage-local-static-provisioner",
+        "The local static provisioner of tier 1 (local NVMe).",
     )
     # Rook v1.19: its operator chart still sets the CSI node plugins' tolerations (csi.pluginTolerations);
-    # v1.20 moved them to the separate ceph-csi-drivers chart (components/ceph_tier.py, README "Tier 2").
-    rook_ceph: Chart = Chart(name="rook-ceph", version="v1.19.10", repository="https://charts.rook.io/release")
-    rook_ceph_cluster: Chart = Chart(
-        name="rook-ceph-cluster", version="v1.19.10", repository="https://charts.rook.io/release"
+    # v1.20 moved them to the separate ceph-csi-drivers chart (components/ceph_tier.py, docs/ceph-tier.md).
+    rook_ceph: Chart = _chart(
+        "rook-ceph",
+        "v1.19.10",
+        "https://charts.rook.io/release",
+        "The Rook operator with the Ceph-CSI drivers (tier 2); a v1.19 release is required (docs/ceph-tier.md).",
     )
-    volcano: Chart = Chart(name="volcano", version="1.15.1", repository="https://volcano-sh.github.io/helm-charts")
-    kueue: Chart = Chart(name="kueue", version="0.19.2", repository="oci://registry.k8s.io/kueue/charts")
-    zabbix: Chart = Chart(name="zabbix", version="7.0.12", repository="https://zabbix-community.github.io/helm-zabbix")
+    rook_ceph_cluster: Chart = _chart(
+        "rook-ceph-cluster",
+        "v1.19.10",
+        "https://charts.rook.io/release",
+        "The Rook Ceph cluster, pools and storage classes (tier 2); the same release as `rookCeph`.",
+    )
+    volcano: Chart = _chart(
+        "volcano", "1.15.1", "https://volcano-sh.github.io/helm-charts", "Volcano (gang scheduling)."
+    )
+    kueue: Chart = _chart("kueue", "0.19.2", "oci://registry.k8s.io/kueue/charts", "Kueue (quota and admission).")
+    zabbix: Chart = _chart("zabbix", "7.0.12", "https://zabbix-community.github.io/helm-zabbix", "Zabbix (monitoring).")

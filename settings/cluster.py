@@ -14,52 +14,112 @@ class Rke2Install(Model):
     and checksums from `artifactUrl` (INSTALL_RKE2_ARTIFACT_URL; the GitHub releases when unset).
     Air-gapped sites point both at an internal HTTP mirror."""
 
-    installer_url: Url = "https://get.rke2.io"
-    artifact_url: Optional[Url] = None
-    method: Literal["tar", "rpm"] = "tar"
+    installer_url: Url = Field(
+        default="https://get.rke2.io",
+        description="The RKE2 install script each host downloads; point it at an internal mirror for air-gapped sites.",
+    )
+    artifact_url: Optional[Url] = Field(
+        default=None,
+        description="`INSTALL_RKE2_ARTIFACT_URL`: where the installer downloads the release tarball and checksums; "
+        "unset: the GitHub releases.",
+    )
+    method: Literal["tar", "rpm"] = Field(
+        default="tar",
+        description="`INSTALL_RKE2_METHOD`. `rpm` also installs `rke2-selinux` (needed on RHEL with SELinux "
+        "enforcing); `tar` installs no SELinux policy.",
+    )
 
 
 class VirtualIp(Model):
     """A virtual IP for the API and registration address, held by kube-vip on the servers (ARP)."""
 
-    interface: Name
-    kube_vip_image: str = "ghcr.io/kube-vip/kube-vip:v1.0.4"
+    interface: Name = Field(
+        description="The servers' interface on which kube-vip holds `cluster.apiEndpoint` (which must then be "
+        "a free IPv4 address) by ARP."
+    )
+    kube_vip_image: str = Field(
+        default="ghcr.io/kube-vip/kube-vip:v1.0.4",
+        description="The pinned kube-vip image of the servers' static pod; point it at a mirror for air-gapped sites.",
+    )
 
 
 class EtcdSnapshots(Model):
-    schedule_cron: str = "0 */6 * * *"
-    retention: int = Field(default=28, ge=1, le=1000)
+    schedule_cron: str = Field(default="0 */6 * * *", description="RKE2 `etcd-snapshot-schedule-cron`.")
+    retention: int = Field(default=28, ge=1, le=1000, description="RKE2 `etcd-snapshot-retention`: snapshots kept.")
 
 
 class ClusterSettings(Model):
-    name: Name
-    rke2_version: Rke2Version
-    install: Rke2Install = Rke2Install()
-    api_endpoint: Host
-    virtual_ip: Optional[VirtualIp] = None
-    init_server: Optional[Name] = None
-    os_family: Literal["debian", "rhel"] = "debian"
-    cis_profile: bool = False
-    etcd_snapshots: EtcdSnapshots = EtcdSnapshots()
-    drain_timeout_seconds: int = Field(default=900, ge=30, le=86400)
-    # Drain a node before it is deleted. Turn off only to tear a whole environment down.
-    drain_on_remove: bool = True
-    time_servers: list[Host] = []
-    system_default_registry: Optional[Host] = None
-    registry_mirrors: dict[str, list[Url]] = {}
+    name: Name = Field(
+        description="The cluster's name: kubeconfig names and the Kubernetes provider's `cluster_identifier`."
+    )
+    rke2_version: Rke2Version = Field(
+        description="The pinned RKE2 release (`INSTALL_RKE2_VERSION`), e.g. `v1.35.7+rke2r1`. Bumping it "
+        "restarts RKE2 on every node in one `up` (docs/upgrades.md)."
+    )
+    install: Rke2Install = Field(default=Rke2Install(), description="Where RKE2 is installed from.")
+    api_endpoint: Host = Field(
+        description="The fixed API and registration address: a virtual IP (with `virtualIp`) or a load balancer "
+        "or DNS name the site provides; in every server's `tls-san`."
+    )
+    virtual_ip: Optional[VirtualIp] = Field(
+        default=None,
+        description="When set, kube-vip on the servers holds `apiEndpoint`; unset: the site provides the address.",
+    )
+    init_server: Optional[Name] = Field(
+        default=None,
+        description="The server that initialises the cluster and whose kubeconfig is read; "
+        "unset: the first control-plane node.",
+    )
+    os_family: Literal["debian", "rhel"] = Field(
+        default="debian", description="The hosts' distribution family: package manager and chrony paths."
+    )
+    cis_profile: bool = Field(
+        default=False, description="RKE2 `profile: cis`, with the etcd user and sysctls it requires."
+    )
+    etcd_snapshots: EtcdSnapshots = Field(default=EtcdSnapshots(), description="RKE2's scheduled etcd snapshots.")
+    drain_timeout_seconds: int = Field(
+        default=900, ge=30, le=86400, description="How long a removed node's drain may take before the `up` fails."
+    )
+    drain_on_remove: bool = Field(
+        default=True,
+        description="Drain a node before it is deleted; set `false` only to tear a whole environment down.",
+    )
+    time_servers: list[Host] = Field(
+        default=[], description="NTP servers for chrony; empty: the distribution's default."
+    )
+    system_default_registry: Optional[Host] = Field(
+        default=None,
+        description="RKE2 `system-default-registry`: the registry RKE2's own images are pulled from "
+        "(air-gapped sites).",
+    )
+    registry_mirrors: dict[str, list[Url]] = Field(
+        default={},
+        description='containerd mirrors per registry, e.g. `{"nvcr.io": ["https://mirror.example"]}`, '
+        "written to `/etc/rancher/rke2/registries.yaml`.",
+    )
 
 
 class Bastion(Model):
-    host: Host
-    port: Port = 22
-    user: str = "root"
-    host_key: Optional[HostKey] = None
+    host: Host = Field(description="The jump host's address or DNS name.")
+    port: Port = Field(default=22, description="The jump host's SSH port.")
+    user: str = Field(default="root", description="The user on the jump host (same private key as the nodes).")
+    host_key: Optional[HostKey] = Field(
+        default=None, description="The jump host's pinned SSH host key (required unless `ssh.allowUnpinnedHostKeys`)."
+    )
 
 
 class SshSettings(Model):
-    user: str = "root"
-    port: Port = 22
-    bastion: Optional[Bastion] = None
-    allow_unpinned_host_keys: bool = False
-    dial_error_limit: int = Field(default=10, ge=1, le=100)
-    per_dial_timeout_seconds: int = Field(default=15, ge=1, le=600)
+    user: str = Field(
+        default="root", description="Login user on every host; any other user runs scripts with `sudo -n`."
+    )
+    port: Port = Field(default=22, description="SSH port of every node and NAS host.")
+    bastion: Optional[Bastion] = Field(default=None, description="An optional jump host.")
+    allow_unpinned_host_keys: bool = Field(
+        default=False,
+        description="Without it, every node, NAS host and the bastion must pin `hostKey` "
+        "(pulumi-command otherwise accepts any host key).",
+    )
+    dial_error_limit: int = Field(default=10, ge=1, le=100, description="Connection attempts before a host step fails.")
+    per_dial_timeout_seconds: int = Field(
+        default=15, ge=1, le=600, description="Timeout of one connection attempt, in seconds."
+    )

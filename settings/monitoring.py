@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from settings.types import Model, Name
 
 
 class MonitoringSettings(Model):
-    namespace: Name = "monitoring"
+    namespace: Name = Field(default="monitoring", description="Namespace of Zabbix.")

@@ -10,41 +10,64 @@ from settings.types import DevicePath, HostKey, IPv4, LabelKey, LabelValue, Mode
 
 
 class GpuSpec(Model):
-    model: str = Field(min_length=1)
-    count: int = Field(ge=1, le=16)
+    model: str = Field(min_length=1, description="The GPU model, e.g. `H100-SXM5-80GB` (node label).")
+    count: int = Field(ge=1, le=16, description="GPUs in the node (node label, stack output `gpuTotal`).")
 
 
 class InfinibandSpec(Model):
-    interface: Name
-    address: IPv4
-    prefix_length: int = Field(default=24, ge=8, le=30)
+    interface: Name = Field(description="The node's IPoIB interface, e.g. `ibp12s0`.")
+    address: IPv4 = Field(description="The interface's static IPoIB address; unique over all nodes.")
+    prefix_length: int = Field(default=24, ge=8, le=30, description="Prefix length of `address`.")
 
 
 class NvmeDevice(Model):
-    device: DevicePath
-    # Formatting is destructive: only devices marked here are ever formatted, and a device that
-    # already holds a filesystem is left alone unless `force` is also true.
-    format: bool = False
-    force: bool = False
+    device: DevicePath = Field(
+        description="A tier-1 NVMe device, mounted at `gpu.tier1.mountRoot/<basename>` (basenames unique per node)."
+    )
+    format: bool = Field(
+        default=False,
+        description="Formatting is destructive: only devices marked here are ever formatted, and a device that "
+        "already holds a filesystem is left alone unless `force` is also true.",
+    )
+    force: bool = Field(
+        default=False,
+        description="With `format`: also format a device that holds a filesystem or partition table "
+        "(never one that is mounted, nor one this program formatted before).",
+    )
 
 
 class OsdDevice(Model):
-    device: DevicePath
-    # Wiping is destructive: only devices marked here are ever wiped for Ceph.
-    wipe: bool = False
+    device: DevicePath = Field(
+        description="A Ceph OSD device; `/dev/disk/by-id/...` paths are recommended (stable across reboots)."
+    )
+    wipe: bool = Field(
+        default=False,
+        description="Wiping is destructive: only devices marked here are ever wiped for Ceph, and never one that "
+        "already is a Ceph OSD or is in use (docs/ceph-tier.md).",
+    )
 
 
 class NodeSettings(Model):
-    name: Name
-    address: IPv4
-    role: Literal["gpu", "cpu"]
-    control_plane: bool = False
-    host_key: Optional[HostKey] = None
-    gpu: Optional[GpuSpec] = None
-    infiniband: Optional[InfinibandSpec] = None
-    nvme: list[NvmeDevice] = []
-    osd_devices: list[OsdDevice] = []
-    labels: dict[LabelKey, LabelValue] = {}
+    name: Name = Field(description="Node and host name; unique.")
+    address: IPv4 = Field(description="Ethernet IPv4 address (SSH, RKE2 `node-ip`); unique.")
+    role: Literal["gpu", "cpu"] = Field(description="`gpu` (tainted `nvidia.com/gpu`) or `cpu`.")
+    control_plane: bool = Field(default=False, description="An RKE2 server; exactly 1, 3 or 5 CPU nodes are servers.")
+    host_key: Optional[HostKey] = Field(
+        default=None,
+        description="The host's pinned SSH host key, `ssh-ed25519 AAAA...` (required unless "
+        "`ssh.allowUnpinnedHostKeys`).",
+    )
+    gpu: Optional[GpuSpec] = Field(default=None, description="The node's GPUs; required on GPU nodes.")
+    infiniband: Optional[InfinibandSpec] = Field(
+        default=None, description="The node's IPoIB interface; required on GPU nodes, forbidden on CPU nodes."
+    )
+    nvme: list[NvmeDevice] = Field(default=[], description="Tier-1 NVMe devices; GPU nodes only.")
+    osd_devices: list[OsdDevice] = Field(
+        default=[], description="Ceph OSD devices; CPU nodes only. A node with any is a storage host."
+    )
+    labels: dict[LabelKey, LabelValue] = Field(
+        default={}, description="Extra node labels, reconciled like the role labels."
+    )
 
     @property
     def storage_host(self) -> bool:
@@ -52,11 +75,13 @@ class NodeSettings(Model):
 
 
 class NasHost(Model):
-    name: Name
-    address: IPv4
-    host_key: Optional[HostKey] = None
-    drives: list[DevicePath] = Field(min_length=1)
+    name: Name = Field(description="The NAS host's name; unique over nodes and NAS hosts.")
+    address: IPv4 = Field(description="The NAS host's IPv4 address (SSH); unique over nodes and NAS hosts.")
+    host_key: Optional[HostKey] = Field(
+        default=None, description="The host's pinned SSH host key (required unless `ssh.allowUnpinnedHostKeys`)."
+    )
+    drives: list[DevicePath] = Field(min_length=1, description="The MinIO data drives (`/dev/...`).")
 
 
 class NasSettings(Model):
-    hosts: list[NasHost] = []
+    hosts: list[NasHost] = Field(default=[], description="The NAS hosts that run MinIO outside the cluster.")
