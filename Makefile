@@ -1,13 +1,14 @@
 # make plan [STACK=lab] [OUT=plan.json]  offline preview (creates the venv that Pulumi.yaml names)
 # make test                              lint + workflow lint + the whole test suite (what CI runs)
 # make lint                              ruff
+# make docs                              regenerate docs/settings.md, docs/stack-config.schema.json, docs/air-gap.md
 # make lint-workflows                    .github/workflows/*.yml against the GitHub workflow schema
 # make install                           only the venv with the runtime requirements (what `pulumi up` uses)
 STACK ?= prod
 VENV := venv
 PY := $(VENV)/bin/python
 
-.PHONY: plan test lint lint-workflows install
+.PHONY: plan test lint lint-workflows install docs
 
 $(VENV)/.runtime: requirements.txt
 	python3 -m venv $(VENV)
@@ -22,6 +23,10 @@ install: $(VENV)/.runtime
 
 plan: $(VENV)/.runtime
 	$(PY) -m stacks.plan $(STACK) $(if $(OUT),--out $(OUT))
+
+# Generated from the settings models (stacks/docs.py); tests/test_docs.py fails when they are stale.
+docs: $(VENV)/.runtime
+	$(PY) -m stacks.docs
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .

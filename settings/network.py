@@ -43,6 +43,7 @@ def _cni(value: Any) -> Any:
 
 
 def _rdma_resource(value: str) -> str:
+    """An extended resource name, `<prefix>/<name>`."""
     prefix, _, name = value.partition("/")
     if not HOSTNAME.match(prefix) or not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", name):
         raise ValueError(

@@ -1,7 +1,8 @@
 """Field types shared by every area, each with its own check, and the base model.
 
 Each check raises ValueError with the fix in the message; `settings.root` turns those into
-`path: problem; fix` lines.
+`path: problem; fix` lines. Each check's docstring is the constraint that the generated settings
+reference (docs/settings.md, `make docs`) shows for the fields of its type.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ _UNPINNED = {"", "latest", "stable", "main", "master", "head", "edge", "nightly"
 
 
 def _pinned(value: str) -> str:
+    """A pinned version: no `latest`, range or wildcard."""
     if value.strip().lower() in _UNPINNED or any(c in value for c in "*^~<> ") or value.endswith(".x"):
         raise ValueError(f"{value!r} is not a pinned version; give an exact version such as '1.2.3'")
     return value
 
 
 def _ipv4(value: str) -> str:
+    """An IPv4 address."""
     try:
         ipaddress.IPv4Address(value)
     except ValueError:
@@ -31,6 +34,7 @@ def _ipv4(value: str) -> str:
 
 
 def _ipv4_network(value: str) -> str:
+    """An IPv4 network in CIDR form, e.g. `10.42.0.0/16`."""
     try:
         ipaddress.IPv4Network(value, strict=True)
     except ValueError:
@@ -42,6 +46,7 @@ _DEVICE = re.compile(r"^/dev/[A-Za-z0-9][A-Za-z0-9._:+@/-]*$")
 
 
 def _device_path(value: str) -> str:
+    """An absolute device path under `/dev`."""
     if not _DEVICE.match(value) or "/../" in value or value.endswith("/.."):
         raise ValueError(
             f"{value!r} is not a device path; give an absolute path under /dev, "
@@ -54,6 +59,7 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
 def _dns_label(value: str) -> str:
+    """An RFC 1123 name: lower-case letters, digits and `-`, at most 63 characters."""
     if not _DNS_LABEL.match(value):
         raise ValueError(
             f"{value!r} is not a valid name; use lower-case letters, digits and '-', "
@@ -66,6 +72,7 @@ HOSTNAME = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-
 
 
 def _host(value: str) -> str:
+    """An IPv4 address or a DNS name."""
     if looks_like_ipv4(value):
         return _ipv4(value)
     if not HOSTNAME.match(value):
@@ -81,6 +88,7 @@ _HOST_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A
 
 
 def _host_key(value: str) -> str:
+    """An SSH public host key, `<type> <base64>`."""
     if not _HOST_KEY.match(value.strip()):
         raise ValueError(
             "not an SSH public host key; give '<type> <base64>' as in the host's "
@@ -90,12 +98,14 @@ def _host_key(value: str) -> str:
 
 
 def _url(value: str) -> str:
+    """An `https://`, `http://` or `oci://` URL."""
     if not re.match(r"^(https?|oci)://[^\s/]+", value):
         raise ValueError(f"{value!r} is not a URL; give 'https://host/path' (or 'oci://registry/path' for OCI charts)")
     return value.rstrip("/")
 
 
 def _rke2_version(value: str) -> str:
+    """An RKE2 release tag, `v1.<minor>.<patch>+rke2r<n>`."""
     _pinned(value)
     if not re.fullmatch(r"v1\.\d+\.\d+\+rke2r\d+", value):
         raise ValueError(f"{value!r} is not an RKE2 release; give a tag such as 'v1.35.7+rke2r1'")
@@ -106,6 +116,7 @@ _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-
 
 
 def _label_key(value: str) -> str:
+    """A Kubernetes label key, e.g. `example.com/team`."""
     if not _LABEL_KEY.match(value):
         raise ValueError(f"{value!r} is not a Kubernetes label key, e.g. 'example.com/team'")
     return value
@@ -115,6 +126,7 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 
 
 def _label_value(value: str) -> str:
+    """A Kubernetes label value: at most 63 letters, digits, `-`, `_`, `.`."""
     if not _LABEL_VALUE.match(value):
         raise ValueError(f"{value!r} is not a Kubernetes label value; at most 63 of letters, digits, '-', '_', '.'")
     return value

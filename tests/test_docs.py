@@ -1,7 +1,9 @@
-"""The README's settings reference and outputs table stay true to the code."""
+"""The generated docs (settings reference, editor schema, air-gap list) stay true to the models; the
+outputs table stays true to the contract."""
 
 from __future__ import annotations
 
+import difflib
 import re
 import typing
 
@@ -9,6 +11,7 @@ from pydantic import BaseModel
 
 from settings import Charts, Settings
 from settings.root import _unwrap
+from stacks import docs
 from stacks.outputs import CONTRACT
 from tests.conftest import ROOT
 
@@ -16,28 +19,84 @@ README = (ROOT / "README.md").read_text()
 
 
 def settings_paths(model: type[BaseModel] = Settings, prefix: str = "") -> list[str]:
-    """Every leaf key of the settings as documented: `nodes[].infiniband.address`."""
+    """Every key of the settings as documented, `nodes[].infiniband.address`, walked independently of
+    the generator."""
     paths = []
     for name, field in model.model_fields.items():
         path = f"{prefix}.{field.alias or name}" if prefix else (field.alias or name)
+        paths.append(path)
         tp = _unwrap(field.annotation)
         is_list = typing.get_origin(tp) is list
         inner = typing.get_args(tp)[0] if is_list else tp
-        if isinstance(inner, type) and issubclass(inner, BaseModel) and inner is not Charts:
+        if isinstance(inner, type) and issubclass(inner, BaseModel):
             paths += settings_paths(inner, path + ("[]" if is_list else ""))
-        elif inner is not Charts:
-            paths.append(path)
     return paths
 
 
-def test_every_setting_is_documented():
-    missing = [p for p in settings_paths() if f"`{p}`" not in README]
-    assert missing == [], f"settings missing from the README's settings reference: {missing}"
+def test_committed_generated_files_match_the_models():
+    stale = {}
+    for path, expected in docs.generated_files().items():
+        committed = (ROOT / path).read_text() if (ROOT / path).exists() else ""
+        if committed != expected:
+            diff = difflib.unified_diff(committed.splitlines(), expected.splitlines(), path, "generated", lineterm="")
+            stale[path] = "\n".join(list(diff)[:20])
+    assert not stale, "run `make docs` and commit the result; out of date:\n" + "\n".join(
+        f"{path}:\n{diff}" for path, diff in stale.items()
+    )
 
 
-def test_every_chart_is_documented():
-    for alias in (f.alias for f in Charts.model_fields.values()):
-        assert f"| `{alias}` |" in README, alias
+def test_every_setting_has_a_description():
+    missing = [row.path for row in docs.rows() if not row.description.strip()]
+    assert missing == [], f"give these settings fields Field(..., description='...'): {missing}"
+
+
+def test_every_setting_is_in_the_reference():
+    reference = (ROOT / "docs/settings.md").read_text()
+    missing = [p for p in settings_paths() if f"| `{p}` |" not in reference]
+    assert missing == [], f"settings missing from docs/settings.md (run `make docs`): {missing}"
+
+
+def test_the_reference_shows_type_default_and_constraints():
+    reference = (ROOT / "docs/settings.md").read_text()
+    assert "| `cluster.drainTimeoutSeconds` | integer | `900` | at least 30; at most 86400 | How long" in reference
+    assert "| `network.cni` | one of `cilium`, `calico` | `cilium` |" in reference
+    assert "| `nodes[].infiniband.address` | string | required | an IPv4 address |" in reference
+    assert "| `charts.kueue.repository` | string | `oci://registry.k8s.io/kueue/charts` |" in reference
+    assert "| `sshPrivateKey` |" in reference, "secrets are listed (as secrets)"
+
+
+def test_air_gap_lists_every_chart_with_its_mirror_key():
+    air_gap = (ROOT / "docs/air-gap.md").read_text()
+    for name, field in Charts.model_fields.items():
+        chart = field.default
+        row = (
+            f"| `{chart.name}` | `{chart.version}` | `{chart.repository}` | `charts.{field.alias or name}.repository` |"
+        )
+        assert row in air_gap, row
+
+
+def test_air_gap_lists_every_image_a_setting_defaults_to():
+    air_gap = (ROOT / "docs/air-gap.md").read_text()
+    images = [
+        row
+        for row in docs.rows()
+        if isinstance(row.default, str) and re.match(r"^[a-z0-9.-]+\.[a-z]+/.+:.+", row.default)
+    ]
+    assert {r.path for r in images} >= {"cluster.virtualIp.kubeVipImage", "storage.ceph.cephImage"}
+    for row in images:
+        assert f"| `{row.path}` | `{row.default}` |" in air_gap, row.path
+
+
+def test_air_gap_names_only_real_settings_keys():
+    known = {row.path for row in docs.rows()}
+    mentioned = {
+        key
+        for entry in docs.DERIVED
+        for text in entry
+        for key in re.findall(r"[`{]([a-z][A-Za-z0-9]*(?:\.[a-z][A-Za-z0-9]*)+)[`}:]", text)
+        if key.split(".")[0] in Settings.model_fields
+    }
+    assert mentioned and mentioned <= known, mentioned - known
 
 
 def test_outputs_table_matches_the_contract():
