@@ -302,7 +302,7 @@ def _csi_secrets(driver: str, namespace: str) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# What survives host losses (stack output `cephFaultTolerance`, README)
+# What survives host losses (stack output `cephFaultTolerance`, docs/ceph-tier.md)
 # ---------------------------------------------------------------------------------------------
 
 

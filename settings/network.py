@@ -37,7 +37,7 @@ def _cni(value: Any) -> Any:
         raise ValueError(
             f"{value!r} is not allowed; use 'cilium' or 'calico'. Choose it before the cluster's first "
             "`pulumi up`: switching the CNI of a running cluster is unsupported upstream, and the CNI release "
-            "is protected, so a preview that would switch it fails (README: Network fabric)"
+            "is protected, so a preview that would switch it fails (docs/network-fabric.md)"
         )
     return value
 

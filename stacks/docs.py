@@ -229,7 +229,9 @@ def stack_schema() -> dict[str, Any]:
         "additionalProperties": False,
     }
     return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        # Draft 7: the newest draft the YAML language server (editors) fully supports; `$defs` is reached by
+        # JSON pointer, which every draft resolves.
+        "$schema": "http://json-schema.org/draft-07/schema#",
         "title": f"Pulumi.<stack>.yaml of {NAMESPACE}",
         "description": GENERATED,
         "type": "object",

@@ -1,8 +1,8 @@
 """The stack outputs: the contract with the teams that consume this stack.
 
 Other teams read these with `pulumi stack output` or a StackReference. Renaming or removing one, or
-changing its type or secrecy, breaks them silently: every output is declared here once, the README's
-outputs table is checked against this list, and `tests/test_outputs_contract.py` pins it.
+changing its type or secrecy, breaks them silently: every output is declared here once, the outputs
+table of docs/outputs.md is checked against this list, and `tests/test_outputs_contract.py` pins it.
 """
 
 from __future__ import annotations

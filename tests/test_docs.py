@@ -1,5 +1,6 @@
-"""The generated docs (settings reference, editor schema, air-gap list) stay true to the models; the
-outputs table stays true to the contract."""
+"""The docs stay true to the code: the generated ones (settings reference, editor schema, air-gap list)
+to the models, the outputs table to the contract, every relative link to a file and heading that
+exist, and the limitations page to the limits stated on each page."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import difflib
 import re
 import typing
 
+import pytest
 from pydantic import BaseModel
 
 from settings import Charts, Settings
@@ -15,7 +17,7 @@ from stacks import docs
 from stacks.outputs import CONTRACT
 from tests.conftest import ROOT
 
-README = (ROOT / "README.md").read_text()
+DOCS = sorted((ROOT / "docs").glob("*.md"))
 
 
 def settings_paths(model: type[BaseModel] = Settings, prefix: str = "") -> list[str]:
@@ -100,8 +102,56 @@ def test_air_gap_names_only_real_settings_keys():
 
 
 def test_outputs_table_matches_the_contract():
-    table = README.split("## Stack outputs", 1)[1].split("\n## ", 1)[0]
+    table = (ROOT / "docs/outputs.md").read_text().split("\n## Outputs\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `([A-Za-z0-9.]+)` \| ([^|]+) \| (yes|no) \| (.+) \|$", table, re.M)
     documented = {name: (type_.strip(), secret == "yes") for name, type_, secret, _ in rows}
     declared = {spec.name: (spec.type, spec.secret) for spec in CONTRACT}
     assert documented == declared
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def relative_links(text: str) -> list[str]:
+    """Markdown link targets that are not URLs, outside code blocks and code spans."""
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    prose = re.sub(r"`[^`\n]*`", "", prose)
+    return [t for t in re.findall(r"\]\(([^)\s]+)\)", prose) if not re.match(r"^[a-z]+:", t)]
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", *DOCS], ids=lambda p: p.name)
+def test_every_relative_link_resolves(page):
+    broken = []
+    for target in relative_links(page.read_text()):
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and file.suffix == ".md":
+            headings = re.findall(r"^#+ (.+)$", file.read_text(), re.M)
+            if anchor not in {github_anchor(h) for h in headings}:
+                broken.append(f"{target}: no heading #{anchor} in {file.name}")
+    assert broken == [], f"{page.name}: {broken}"
+
+
+def test_the_link_checker_sees_a_broken_link_and_a_missing_heading():
+    assert relative_links("[a](docs/x.md#y) `[b](c.md)` [d](https://e) ```\n[f](g.md)\n```") == ["docs/x.md#y"]
+    assert github_anchor("Bring-up time and `--parallel`") == "bring-up-time-and---parallel"
+    assert github_anchor("6. When `up` fails half-way") == "6-when-up-fails-half-way"
+
+
+def _bullets(markdown: str) -> list[str]:
+    """The `- ` bullets of a markdown block, each joined into one line."""
+    return [" ".join(b.split()) for b in re.split(r"^- ", markdown, flags=re.M)[1:]]
+
+
+def test_every_limit_stated_on_a_page_is_collected_in_limitations():
+    collected = " ".join((ROOT / "docs/limitations.md").read_text().split())
+    pages = [p for p in DOCS if "\n## Limits\n" in p.read_text()]
+    assert {"cluster.md", "gpu-pool.md", "network-fabric.md", "ceph-tier.md"} <= {p.name for p in pages}
+    for page in pages:
+        limits = page.read_text().split("\n## Limits\n", 1)[1].split("\n## ", 1)[0]
+        for bullet in _bullets(limits.split("\nAll limitations of the platform", 1)[0]):
+            assert bullet in collected, f"docs/limitations.md does not collect this limit of {page.name}: {bullet}"

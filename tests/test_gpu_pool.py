@@ -143,8 +143,8 @@ def test_toolkit_uses_rke2_containerd(prod_plan):
     assert values["toolkit"]["enabled"] is True
 
 
-def test_readme_warns_that_the_operator_restarts_rke2():
-    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+def test_the_gpu_pool_page_warns_that_the_operator_restarts_rke2():
+    readme = " ".join((Path(__file__).resolve().parent.parent / "docs/gpu-pool.md").read_text().split())
     assert "it restarts containerd, and that restarts RKE2 on that node" in readme
 
 

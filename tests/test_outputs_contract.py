@@ -5,7 +5,7 @@ A renamed or removed output, a changed type, or a secret made plain breaks them 
 error on our side. `PUBLISHED` below is the contract as released: a literal copy of `stacks/outputs.py`
 on purpose, so that changing the code alone fails here and the change is made, and reviewed, twice.
 
-Adding an output: declare it in `stacks/outputs.py` CONTRACT and the README table, then add its line
+Adding an output: declare it in `stacks/outputs.py` CONTRACT and the table in docs/outputs.md, then add its line
 to PUBLISHED (the failing test prints the line to paste).
 """
 
@@ -90,7 +90,7 @@ def test_every_declared_output_is_published():
     assert not new, (
         "new stack outputs are declared in stacks/outputs.py but not published. Once released, other teams "
         "depend on them, so publishing is a decision: add these lines to PUBLISHED in "
-        f"tests/test_outputs_contract.py (and the rows to the README's outputs table):\n{lines}"
+        f"tests/test_outputs_contract.py (and the rows to the outputs table in docs/outputs.md):\n{lines}"
     )
 
 
@@ -107,7 +107,7 @@ def parse_type(type_: str) -> tuple[str, ...]:
 @pytest.mark.parametrize("spec", CONTRACT, ids=lambda s: s.name)
 def test_declared_type_is_one_consumers_can_rely_on(spec):
     parse_type(spec.type)
-    assert spec.description.strip(), f"{spec.name}: say what the output means (README table, consumers)"
+    assert spec.description.strip(), f"{spec.name}: say what the output means (docs/outputs.md, consumers)"
 
 
 def conforms(value: Any, type_: str) -> bool:

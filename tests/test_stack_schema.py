@@ -16,7 +16,7 @@ from settings import SECRET_KEYS, SettingsError, load
 from tests.conftest import ROOT
 
 SCHEMA = json.loads((ROOT / "docs/stack-config.schema.json").read_text())
-VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+VALIDATOR = jsonschema.Draft7Validator(SCHEMA)
 
 
 def stack_file(stack: str) -> dict[str, Any]:
@@ -39,7 +39,7 @@ def settings_problems(doc: dict[str, Any]) -> list[str]:
 
 
 def test_the_schema_is_a_valid_json_schema():
-    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    jsonschema.Draft7Validator.check_schema(SCHEMA)
 
 
 @pytest.mark.parametrize("stack", ["prod", "lab"])
