@@ -20,8 +20,9 @@ first when the step is replaced.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -45,6 +46,8 @@ class ClusterBootstrapArgs:
     nodes: Sequence[NodeSettings]
     hosts: Mapping[str, HostAccess]
     token: pulumi.Input[str]
+    # Extra keys for the servers' RKE2 config from other components (e.g. MinioTier's etcd-s3 keys).
+    server_config: Mapping[str, Any] = field(default_factory=dict)
 
 
 class ClusterBootstrap(pulumi.ComponentResource):
@@ -134,7 +137,7 @@ class ClusterBootstrap(pulumi.ComponentResource):
             f"{node.name}-rke2",
             args.hosts[node.name],
             "rke2-install.sh",
-            rke2_params(node, is_init, cluster, args.network),
+            rke2_params(node, is_init, cluster, args.network, args.server_config),
             stdin=args.token,
             delete_script="rke2-uninstall.sh",
             identity=[node.name, node.address, "server" if node.control_plane else "agent"],
@@ -176,7 +179,13 @@ def _label_value(text: str) -> str:
     return cleaned[:63].rstrip("-_.")
 
 
-def rke2_config(node: NodeSettings, is_init: bool, cluster: ClusterSettings, network: NetworkSettings) -> dict:
+def rke2_config(
+    node: NodeSettings,
+    is_init: bool,
+    cluster: ClusterSettings,
+    network: NetworkSettings,
+    server_config: Mapping[str, Any] = MappingProxyType({}),
+) -> dict:
     """`/etc/rancher/rke2/config.yaml` for one node; every key is an `rke2 server`/`rke2 agent` flag."""
     config: dict = {
         "token-file": TOKEN_FILE,
@@ -208,6 +217,7 @@ def rke2_config(node: NodeSettings, is_init: bool, cluster: ClusterSettings, net
         )
         if cluster.system_default_registry:
             config["system-default-registry"] = cluster.system_default_registry
+        config.update(server_config)
     return config
 
 
@@ -265,7 +275,11 @@ def kube_vip_manifest(cluster: ClusterSettings) -> str:
 
 
 def rke2_params(
-    node: NodeSettings, is_init: bool, cluster: ClusterSettings, network: NetworkSettings
+    node: NodeSettings,
+    is_init: bool,
+    cluster: ClusterSettings,
+    network: NetworkSettings,
+    server_config: Mapping[str, Any] = MappingProxyType({}),
 ) -> dict[str, str]:
     registration = "" if is_init else f"{cluster.api_endpoint}:{SUPERVISOR_PORT}"
     return {
@@ -275,7 +289,7 @@ def rke2_params(
         "INSTALLER_URL": cluster.install.installer_url,
         "ARTIFACT_URL": cluster.install.artifact_url or "",
         "INSTALL_METHOD": cluster.install.method,
-        "RKE2_CONFIG": yaml.safe_dump(rke2_config(node, is_init, cluster, network), sort_keys=True),
+        "RKE2_CONFIG": yaml.safe_dump(rke2_config(node, is_init, cluster, network, server_config), sort_keys=True),
         "REGISTRIES_YAML": registries_yaml(cluster),
         "KUBE_VIP_MANIFEST": kube_vip_manifest(cluster) if node.control_plane else "",
         # The init server waits until the registration address answers (the VIP is up) before it

@@ -1,28 +1,280 @@
-"""MinioTier: Tier 3: MinIO on the NAS hosts, outside the cluster.
+"""MinioTier: tier 3, MinIO on the NAS hosts outside the cluster, and the backups that land there.
 
-Not built yet: the component registers itself and nothing else until its issue is done.
+1. `<nas>-minio` on each NAS host (`minio-nas.sh`): the server binary from the pinned artifact
+   (sha256 checked first), XFS drives mounted by UUID, `/etc/default/<service>` (identical on every
+   host: the non-secret lines are a plain input of every step, the root credentials a secret one on
+   stdin), TLS material, the upstream systemd unit; done when `/minio/health/cluster` answers 200.
+2. TLS: a CA and one server certificate (SANs: every NAS address and name, the client endpoint),
+   generated and kept as secrets in the state; the CA is a stack output for clients.
+3. Buckets, users and policies (`components.minio_objects`, dynamic resources): the backup and etcd
+   buckets with versioning and noncurrent-version expiry; backup-writer, etcd-snapshot-writer and
+   restore-reader, each limited to its bucket(s).
+4. In the cluster: the rclone CronJobs (`components.minio_backup`) and RKE2's etcd S3 config Secret.
+
+The erasure layout (`settings.erasure`) gives the honest fault-tolerance outputs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence  # noqa: F401
+import base64
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_random as random
+import pulumi_tls as tls
 
-from components.remote import HostAccess
-from settings import MinioSettings, NasSettings
+from components import minio_backup
+from components.minio_objects import Bucket, User, bucket_policy
+from components.remote import HostAccess, host_script
+from settings import EtcdSnapshots, MinioSettings, NasHost, NasSettings
+from settings.erasure import ErasureLayout, host_range
+
+ETCD_S3_SECRET = "rke2-etcd-s3"
+CA_VALIDITY_HOURS = 10 * 8760
+# The server certificate is renewed by any `pulumi up` in its last year (early renewal), so a
+# platform that is deployed at least yearly never serves an expired certificate.
+SERVER_VALIDITY_HOURS = 3 * 8760
+SERVER_EARLY_RENEWAL_HOURS = 8760
+
+WRITE_ACTIONS = [
+    "s3:GetBucketLocation",
+    "s3:ListBucket",
+    "s3:ListBucketMultipartUploads",
+    "s3:GetObject",
+    "s3:PutObject",
+    "s3:DeleteObject",
+    "s3:AbortMultipartUpload",
+    "s3:ListMultipartUploadParts",
+]
+READ_ACTIONS = ["s3:GetBucketLocation", "s3:ListBucket", "s3:ListBucketVersions", "s3:GetObject", "s3:GetObjectVersion"]
 
 
 @dataclass(frozen=True)
 class MinioTierArgs:
     minio: MinioSettings
     nas: NasSettings
+    layout: Optional[ErasureLayout]
     hosts: Mapping[str, HostAccess]
+    etcd: EtcdSnapshots
+    cluster_name: str
+    provider: pulumi.ProviderResource
+    cluster_ready: Sequence[pulumi.Resource]
+
+
+def endpoint(minio: MinioSettings, nas: NasSettings) -> str:
+    """host:port clients use."""
+    return f"{minio.endpoint or nas.hosts[0].address}:{minio.port}"
+
+
+def env_file(minio: MinioSettings, nas: NasSettings, layout: ErasureLayout) -> str:
+    """The non-secret lines of /etc/default/<service>, the same on every NAS host."""
+    hosts = host_range([h.address for h in nas.hosts])
+    drives = f"drive{{1...{layout.drives_per_host}}}" if layout.drives_per_host > 1 else "drive1"
+    return "\n".join(
+        [
+            f'MINIO_VOLUMES="https://{hosts}:{minio.port}{minio.mount_root}/{drives}/data"',
+            f'MINIO_OPTS="--address :{minio.port} --console-address :{minio.port + 1} '
+            f'--certs-dir /etc/{minio.service}/certs"',
+            f"MINIO_ERASURE_SET_DRIVE_COUNT={layout.set_size}",
+            f"MINIO_STORAGE_CLASS_STANDARD=EC:{layout.parity}",
+        ]
+    )
+
+
+def drives_param(drives: Sequence[Any]) -> str:
+    action = {(False, False): "keep", (True, False): "format", (True, True): "format-force"}
+    return " ".join(f"{d.device}={action[(d.format, d.force)]}" for d in drives)
+
+
+def etcd_s3_server_config(etcd: EtcdSnapshots, nas: NasSettings) -> dict[str, Any]:
+    """Keys for the servers' RKE2 config. Only these two: RKE2 ignores the Secret as soon as any
+    other etcd-s3-* key is set (k3s pkg/etcd/s3/config_secret.go)."""
+    if not (etcd.s3 and nas.hosts):
+        return {}
+    return {"etcd-s3": True, "etcd-s3-config-secret": ETCD_S3_SECRET}
+
+
+def stdin_text(values: Mapping[str, str]) -> str:
+    """Secret material for minio-nas.sh: one 'NAME BASE64' line each."""
+    return "".join(f"{name} {base64.b64encode(values[name].encode()).decode()}\n" for name in sorted(values))
+
+
+def _stdin(**values: pulumi.Input[str]) -> pulumi.Output[str]:
+    names = sorted(values)
+    texts = pulumi.Output.all(*[values[n] for n in names])
+    return pulumi.Output.secret(texts.apply(lambda t: stdin_text(dict(zip(names, t, strict=True)))))
+
+
+def nas_params(minio: MinioSettings, nas: NasSettings, layout: ErasureLayout, host: NasHost) -> dict[str, str]:
+    """The parameters of minio-nas.sh on one NAS host (everything but the secrets)."""
+    return {
+        "ARTIFACT_URL": minio.artifact.url if minio.artifact else "",
+        "ARTIFACT_SHA256": minio.artifact.sha256 if minio.artifact else "",
+        "BINARY": minio.binary,
+        "SERVICE": minio.service,
+        "DRIVES": drives_param(host.drives),
+        "MOUNT_ROOT": minio.mount_root,
+        "ENV_FILE": env_file(minio, nas, layout),
+        "HEALTH_URL": f"https://{host.address}:{minio.port}/minio/health/cluster",
+        "HEALTH_TIMEOUT": "900",
+    }
 
 
 class MinioTier(pulumi.ComponentResource):
+    ca_cert: pulumi.Output[str]
+    read_tolerance_hosts: int
+    write_tolerance_hosts: int
+    usable_fraction: float
+
     def __init__(self, name: str, args: MinioTierArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("mlplatform:storage:MinioTier", name, None, opts)
-        self.register_outputs({})
+        layout = args.layout
+        self.read_tolerance_hosts = layout.read_tolerance_hosts if layout else 0
+        self.write_tolerance_hosts = layout.write_tolerance_hosts if layout else 0
+        self.usable_fraction = round(layout.usable_fraction, 4) if layout else 0.0
+        self.ca_cert = pulumi.Output.from_input("")
+        if layout is not None and args.nas.hosts:
+            self._build(name, args, layout)
+        self.register_outputs({"caCert": self.ca_cert})
+
+    def _build(self, name: str, args: MinioTierArgs, layout: ErasureLayout) -> None:
+        child = pulumi.ResourceOptions(parent=self)
+        minio, nas = args.minio, args.nas
+        ca, server_key, server_cert = self._tls(name, minio, nas, child)
+        self.ca_cert = ca.cert_pem
+        root_user = random.RandomPassword(f"{name}-root-user", length=20, special=False, opts=child).result
+        root_password = random.RandomPassword(f"{name}-root-password", length=40, special=False, opts=child).result
+        stdin = _stdin(
+            ROOT_USER=root_user,
+            ROOT_PASSWORD=root_password,
+            TLS_CERT=server_cert.cert_pem,
+            TLS_KEY=server_key.private_key_pem,
+            CA_CERT=ca.cert_pem,
+        )
+        steps = [
+            host_script(
+                f"{host.name}-minio",
+                args.hosts[host.name],
+                "minio-nas.sh",
+                nas_params(minio, nas, layout, host),
+                stdin=stdin,
+                opts=child,
+            )
+            for host in nas.hosts
+        ]
+        connection = {
+            "endpoint": endpoint(minio, nas),
+            "secure": True,
+            "caPem": ca.cert_pem,
+            "accessKey": pulumi.Output.secret(root_user),
+            "secretKey": pulumi.Output.secret(root_password),
+        }
+        after_minio = pulumi.ResourceOptions(parent=self, depends_on=steps)
+        buckets = self._buckets(name, minio, connection, after_minio)
+        users = self._users(name, minio, connection, pulumi.ResourceOptions(parent=self, depends_on=buckets))
+        in_cluster = pulumi.ResourceOptions(
+            parent=self,
+            provider=args.provider,
+            depends_on=[*args.cluster_ready, *buckets, *[u for u, _ in users.values()]],
+        )
+        writer_secret = users["backup-writer"][1]
+        minio_backup.backup_jobs(minio, endpoint(minio, nas), "backup-writer", writer_secret, ca.cert_pem, in_cluster)
+        if etcd_s3_server_config(args.etcd, nas):
+            self._etcd_secret(args, users["etcd-snapshot-writer"][1], ca.cert_pem, in_cluster)
+
+    def _tls(self, name: str, minio: MinioSettings, nas: NasSettings, child: pulumi.ResourceOptions):
+        ca_key = tls.PrivateKey(f"{name}-ca-key", algorithm="ECDSA", ecdsa_curve="P384", opts=child)
+        ca = tls.SelfSignedCert(
+            f"{name}-ca",
+            private_key_pem=ca_key.private_key_pem,
+            is_ca_certificate=True,
+            subject=tls.SelfSignedCertSubjectArgs(common_name="ml-platform MinIO tier CA"),
+            validity_period_hours=CA_VALIDITY_HOURS,
+            allowed_uses=["cert_signing", "crl_signing"],
+            opts=child,
+        )
+        server_key = tls.PrivateKey(f"{name}-server-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
+        names = [h.name for h in nas.hosts] + ([minio.endpoint] if minio.endpoint else [])
+        request = tls.CertRequest(
+            f"{name}-server-csr",
+            private_key_pem=server_key.private_key_pem,
+            subject=tls.CertRequestSubjectArgs(common_name=f"{minio.service}.nas"),
+            dns_names=sorted({n for n in names if not n[0].isdigit()}),
+            ip_addresses=sorted({h.address for h in nas.hosts} | {n for n in names if n[0].isdigit()}),
+            opts=child,
+        )
+        cert = tls.LocallySignedCert(
+            f"{name}-server-cert",
+            cert_request_pem=request.cert_request_pem,
+            ca_private_key_pem=ca_key.private_key_pem,
+            ca_cert_pem=ca.cert_pem,
+            validity_period_hours=SERVER_VALIDITY_HOURS,
+            early_renewal_hours=SERVER_EARLY_RENEWAL_HOURS,
+            allowed_uses=["digital_signature", "key_encipherment", "server_auth", "client_auth"],
+            opts=child,
+        )
+        return ca, server_key, cert
+
+    def _buckets(self, name: str, minio: MinioSettings, connection: dict, opts: pulumi.ResourceOptions) -> list:
+        days = minio.noncurrent_retention_days
+        return [
+            Bucket(
+                f"{name}-bucket-cephfs-backup",
+                connection,
+                minio.cephfs_backup_bucket,
+                versioning=True,
+                noncurrent_days=days,
+                # Files a backup run deleted or overwrote (rclone --backup-dir) are kept as long.
+                expire_prefixes={"deleted/": days},
+                opts=opts,
+            ),
+            Bucket(
+                f"{name}-bucket-etcd-snapshots",
+                connection,
+                minio.etcd_snapshot_bucket,
+                versioning=True,
+                noncurrent_days=days,
+                opts=opts,
+            ),
+        ]
+
+    def _users(self, name: str, minio: MinioSettings, connection: dict, opts: pulumi.ResourceOptions) -> dict:
+        policies = {
+            "backup-writer": bucket_policy([minio.cephfs_backup_bucket], WRITE_ACTIONS),
+            "etcd-snapshot-writer": bucket_policy([minio.etcd_snapshot_bucket], WRITE_ACTIONS),
+            "restore-reader": bucket_policy([minio.cephfs_backup_bucket, minio.etcd_snapshot_bucket], READ_ACTIONS),
+        }
+        users = {}
+        for user, policy in policies.items():
+            secret = random.RandomPassword(f"{name}-{user}-secret", length=40, special=False, opts=opts).result
+            users[user] = (User(f"{name}-user-{user}", connection, user, secret, policy, opts=opts), secret)
+        return users
+
+    def _etcd_secret(
+        self, args: MinioTierArgs, secret_key: pulumi.Output[str], ca_pem: pulumi.Output[str], opts
+    ) -> k8s.core.v1.Secret:
+        """RKE2 reads this on every snapshot save/list/prune (the servers' config names it)."""
+        data = pulumi.Output.all(secret_key, ca_pem).apply(
+            lambda v: {
+                "etcd-s3-endpoint": endpoint(args.minio, args.nas),  # host:port, no scheme
+                "etcd-s3-endpoint-ca": v[1],
+                "etcd-s3-access-key": "etcd-snapshot-writer",
+                "etcd-s3-secret-key": v[0],
+                "etcd-s3-bucket": args.minio.etcd_snapshot_bucket,
+                "etcd-s3-bucket-lookup-type": "path",
+                "etcd-s3-region": "us-east-1",
+                "etcd-s3-folder": args.cluster_name,
+                # Read from the Secret by some RKE2 versions only; otherwise S3 keeps RKE2's default 5.
+                "etcd-s3-retention": str(args.etcd.retention),
+            }
+        )
+        return k8s.core.v1.Secret(
+            f"{ETCD_S3_SECRET}",
+            metadata={"name": ETCD_S3_SECRET, "namespace": "kube-system"},
+            type="etcd.k3s.cattle.io/s3-config-secret",
+            string_data=pulumi.Output.secret(data),
+            opts=opts,
+        )

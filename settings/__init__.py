@@ -10,16 +10,26 @@ from settings.cluster import Bastion, ClusterSettings, EtcdSnapshots, Rke2Instal
 from settings.gpu import GpuDriver, GpuSettings, Tier1Settings, TimeSlicing
 from settings.monitoring import MonitoringSettings
 from settings.network import InfinibandSettings, IpoibNetwork, NetworkSettings
-from settings.nodes import GpuSpec, InfinibandSpec, NasHost, NasSettings, NodeSettings, NvmeDevice, OsdDevice
+from settings.nodes import GpuSpec, InfinibandSpec, NasDrive, NasHost, NasSettings, NodeSettings, NvmeDevice, OsdDevice
 from settings.root import NAMESPACE, SECRET_KEYS, Settings, SettingsError, load
 from settings.scheduling import SchedulingSettings
-from settings.storage import CephSettings, MinioSettings, StorageSettings
+from settings.storage import (
+    BackupSource,
+    CephfsBackup,
+    CephSettings,
+    MinioArtifact,
+    MinioHostLoss,
+    MinioSettings,
+    StorageSettings,
+)
 
 __all__ = [
     "NAMESPACE",
     "SECRET_KEYS",
+    "BackupSource",
     "Bastion",
     "CephSettings",
+    "CephfsBackup",
     "Chart",
     "Charts",
     "ClusterSettings",
@@ -30,8 +40,11 @@ __all__ = [
     "InfinibandSettings",
     "InfinibandSpec",
     "IpoibNetwork",
+    "MinioArtifact",
+    "MinioHostLoss",
     "MinioSettings",
     "MonitoringSettings",
+    "NasDrive",
     "NasHost",
     "NasSettings",
     "NetworkSettings",

@@ -46,6 +46,11 @@ class VirtualIp(Model):
 class EtcdSnapshots(Model):
     schedule_cron: str = Field(default="0 */6 * * *", description="RKE2 `etcd-snapshot-schedule-cron`.")
     retention: int = Field(default=28, ge=1, le=1000, description="RKE2 `etcd-snapshot-retention`: snapshots kept.")
+    s3: bool = Field(
+        default=True,
+        description="Also upload snapshots to the MinIO tier's etcd bucket when `nas.hosts` is set "
+        "(`etcd-s3` + `etcd-s3-config-secret`).",
+    )
 
 
 class ClusterSettings(Model):

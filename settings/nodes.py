@@ -74,13 +74,24 @@ class NodeSettings(Model):
         return bool(self.osd_devices)
 
 
+class NasDrive(Model):
+    device: DevicePath = Field(description="The drive, by a stable path (/dev/disk/by-id/...).")
+    # Formatting is destructive: the same rule as tier-1 NVMe.
+    format: bool = Field(default=False, description="Format it as XFS for MinIO if it is blank.")
+    force: bool = Field(default=False, description="With format: also wipe a drive that holds data.")
+
+
 class NasHost(Model):
     name: Name = Field(description="The NAS host's name; unique over nodes and NAS hosts.")
     address: IPv4 = Field(description="The NAS host's IPv4 address (SSH); unique over nodes and NAS hosts.")
     host_key: Optional[HostKey] = Field(
         default=None, description="The host's pinned SSH host key (required unless `ssh.allowUnpinnedHostKeys`)."
     )
-    drives: list[DevicePath] = Field(min_length=1, description="The MinIO data drives (`/dev/...`).")
+    drives: list[NasDrive] = Field(
+        min_length=1,
+        description="The MinIO data drives in MinIO order (drive i mounts at `storage.minio.mountRoot`/drive<i>); ."
+        "the same count on every NAS host.",
+    )
 
 
 class NasSettings(Model):

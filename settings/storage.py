@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Literal, Optional
+
 from pydantic import Field
 
-from settings.types import Model, Name, Version
+from settings.types import Host, Model, Name, Port, Sha256, Url
 
 
 class CephSettings(Model):
@@ -29,8 +31,69 @@ class CephSettings(Model):
     )
 
 
+class MinioArtifact(Model):
+    url: Url = Field(description="Where the NAS hosts download the server binary (an internal mirror).")
+    sha256: Sha256 = Field(description="The sha256 of the binary at `url`; checked before anything is installed.")
+
+
+class MinioHostLoss(Model):
+    read: int = Field(default=0, ge=0, le=16, description="NAS hosts that may be lost with reads still served.")
+    write: int = Field(default=0, ge=0, le=16, description="NAS hosts that may be lost with writes still accepted.")
+
+
+class BackupSource(Model):
+    name: Name = Field(description="Short name; the tree lands under current/<name>/ in the backup bucket.")
+    namespace: Name = Field(description="Namespace of the PersistentVolumeClaim to back up.")
+    claim_name: Name = Field(description="The PersistentVolumeClaim, mounted read-only by the backup job.")
+    storage_class: Name = Field(
+        description="Its StorageClass: must be storage.ceph.sharedStorageClass (CephFS, ReadWriteMany)."
+    )
+
+
+class CephfsBackup(Model):
+    schedule: str = Field(default="30 1 * * *", description="Cron schedule of the rclone CronJob (UTC).")
+    image: str = Field(
+        default="docker.io/rclone/rclone:1.75.0", description="The rclone image, a pinned tag or digest."
+    )
+    max_delete: int = Field(
+        default=10000, ge=0, description="rclone `--max-delete`: a run that would delete more files stops."
+    )
+    verify: Literal["hash", "download"] = Field(
+        default="hash",
+        description="Post-run rclone check: hash (sizes + upload MD5) or download (reads everything back).",
+    )
+    deadline_seconds: int = Field(default=72000, ge=600, description="`activeDeadlineSeconds` of one backup run.")
+    sources: list[BackupSource] = Field(default=[], description="Tier-2 shared volumes to copy to MinIO.")
+
+
 class MinioSettings(Model):
-    version: Version = Field(default="RELEASE.2025-09-07T16-13-09Z", description="The MinIO release on the NAS hosts.")
+    artifact: Optional[MinioArtifact] = Field(
+        default=None, description="The server binary (required with nas.hosts: there is no community download)."
+    )
+    binary: Name = Field(default="minio", description="Binary name in /usr/local/bin: minio, or silo for the fork.")
+    service: Name = Field(default="minio", description="The systemd unit name.")
+    port: Port = Field(default=9000, description="S3 API port (TLS).")
+    endpoint: Optional[Host] = Field(
+        default=None, description="Address clients use (DNS round-robin or VIP); the first NAS host when unset."
+    )
+    mount_root: str = Field(
+        default="/mnt/minio", pattern=r"^/[A-Za-z0-9._/-]+$", description="Drive i mounts at <root>/drive<i>."
+    )
+    erasure_set_drives: Optional[int] = Field(
+        default=None, ge=2, le=16, description="Erasure set size; MinIO's choice (largest symmetric) when unset."
+    )
+    parity: Optional[int] = Field(
+        default=None, ge=1, le=16, description="EC parity (MINIO_STORAGE_CLASS_STANDARD), fixed at first start."
+    )
+    require_host_loss: Optional[MinioHostLoss] = Field(
+        default=None, description="Fail unless the layout survives this many host losses."
+    )
+    cephfs_backup_bucket: Name = Field(default="cephfs-backup", description="Bucket of the CephFS backups.")
+    etcd_snapshot_bucket: Name = Field(default="etcd-snapshots", description="Bucket of the RKE2 etcd snapshots.")
+    noncurrent_retention_days: int = Field(
+        default=30, ge=1, le=3650, description="Days overwritten/deleted versions and backup-dir copies are kept."
+    )
+    backup: CephfsBackup = Field(default=CephfsBackup(), description="The CephFS -> MinIO backup CronJob.")
 
 
 class StorageSettings(Model):

@@ -132,7 +132,24 @@ def _label_value(value: str) -> str:
     return value
 
 
+def _sha256(value: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{64}", value):
+        raise ValueError(f"{value!r} is not a sha256; give the 64 lower-case hex digits `sha256sum FILE` prints")
+    return value
+
+
+# Kernel names follow probe order and can change at boot; formatting by one could hit another disk.
+_KERNEL_NAME = re.compile(r"^/dev/(sd[a-z]+|hd[a-z]+|vd[a-z]+|xvd[a-z]+|nvme\d+n\d+)(p?\d+)?$")
+
+
+def is_kernel_name(path: str) -> bool:
+    """Whether `path` is an unstable kernel device name (/dev/sdb, /dev/nvme1n1) rather than a
+    /dev/disk/by-id (or by-uuid, by-label) path."""
+    return bool(_KERNEL_NAME.match(path))
+
+
 Version = Annotated[str, AfterValidator(_pinned)]
+Sha256 = Annotated[str, AfterValidator(_sha256)]
 IPv4 = Annotated[str, AfterValidator(_ipv4)]
 IPv4Network = Annotated[str, AfterValidator(_ipv4_network)]
 DevicePath = Annotated[str, AfterValidator(_device_path)]

@@ -17,7 +17,7 @@ import pulumi
 @dataclass(frozen=True)
 class OutputSpec:
     name: str
-    type: str  # "string", "integer", "list[string]", "map[string]"
+    type: str  # "string", "integer", "number", "list[string]", "map[string]"
     secret: bool
     description: str
 
@@ -66,6 +66,35 @@ CONTRACT: tuple[OutputSpec, ...] = (
         False,
         "Multus reference `<namespace>/<name>` of the secondary IPoIB network, for the pod annotation "
         "`k8s.v1.cni.cncf.io/networks`; empty (never absent) when `network.infiniband.ipoibNetwork.enabled` is false.",
+    ),
+    OutputSpec(
+        "minioReadToleranceHosts",
+        "integer",
+        False,
+        "NAS hosts tier 3 can lose with every object still readable, computed from hosts x drives x erasure set "
+        "x parity (0 without NAS hosts).",
+    ),
+    OutputSpec(
+        "minioWriteToleranceHosts",
+        "integer",
+        False,
+        "NAS hosts tier 3 can lose and still accept writes (backups keep running); at parity = set/2 one less "
+        "than reads.",
+    ),
+    OutputSpec(
+        "minioUsableFraction", "number", False, "Share of raw NAS capacity that holds data: (set - parity) / set."
+    ),
+    OutputSpec(
+        "minioCaCert",
+        "string",
+        False,
+        "PEM of the CA that signed the NAS servers' TLS certificate, for S3 clients (`--ca-cert`); empty without NAS.",
+    ),
+    OutputSpec(
+        "rke2Token",
+        "string",
+        True,
+        "The RKE2 server token: restoring an etcd snapshot (cluster-reset) needs it. Keep a copy offline.",
     ),
 )
 

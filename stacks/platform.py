@@ -18,12 +18,13 @@ import pulumi_random as random
 from components.ceph_tier import CephTier, CephTierArgs
 from components.cluster import ClusterBootstrap, ClusterBootstrapArgs
 from components.gpu_pool import GpuPool, GpuPoolArgs
-from components.minio_tier import MinioTier, MinioTierArgs
+from components.minio_tier import MinioTier, MinioTierArgs, etcd_s3_server_config
 from components.network_fabric import NetworkFabric, NetworkFabricArgs
 from components.remote import host_accesses
 from components.scheduling_stack import SchedulingStack, SchedulingStackArgs
 from components.zabbix_monitoring import ZabbixMonitoring, ZabbixMonitoringArgs
 from settings import NAMESPACE, SECRET_KEYS, Settings, load
+from settings.rules import minio_layout
 from stacks import outputs
 
 
@@ -76,6 +77,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             nodes=settings.nodes,
             hosts={n.name: hosts[n.name] for n in settings.nodes},
             token=token,
+            server_config=etcd_s3_server_config(settings.cluster.etcd_snapshots, settings.nas),
         ),
     )
     network = NetworkFabric(
@@ -119,7 +121,19 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             cluster_ready=in_cluster,
         ),
     )
-    MinioTier("minio", MinioTierArgs(minio=settings.storage.minio, nas=settings.nas, hosts=hosts))
+    minio = MinioTier(
+        "minio",
+        MinioTierArgs(
+            minio=settings.storage.minio,
+            nas=settings.nas,
+            layout=minio_layout(settings) if settings.nas.hosts else None,
+            hosts=hosts,
+            etcd=settings.cluster.etcd_snapshots,
+            cluster_name=settings.cluster.name,
+            provider=cluster.provider,
+            cluster_ready=in_cluster,
+        ),
+    )
     SchedulingStack(
         "scheduling",
         SchedulingStackArgs(
@@ -150,5 +164,10 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             "cni": network.cni,
             "rdmaResourceName": network.rdma_resource_name,
             "ibNetworkName": network.ib_network_name,
+            "minioReadToleranceHosts": minio.read_tolerance_hosts,
+            "minioWriteToleranceHosts": minio.write_tolerance_hosts,
+            "minioUsableFraction": minio.usable_fraction,
+            "minioCaCert": minio.ca_cert,
+            "rke2Token": token,
         }
     )

@@ -32,7 +32,12 @@ PUBLISHED: dict[str, tuple[str, bool]] = {
     "gpuTotal": ("integer", False),
     "ibNetworkName": ("string", False),
     "kubeconfig": ("string", True),
+    "minioCaCert": ("string", False),
+    "minioReadToleranceHosts": ("integer", False),
+    "minioUsableFraction": ("number", False),
+    "minioWriteToleranceHosts": ("integer", False),
     "rdmaResourceName": ("string", False),
+    "rke2Token": ("string", True),
     "storageClasses": ("map[string]", False),
 }
 

@@ -122,5 +122,8 @@ def test_runbook_is_linked_from_the_readme_and_covers_every_procedure():
         "When `up` fails half-way",
         "What `pulumi refresh` can and cannot see",
         "Tearing an environment down",
+        "Restoring a CephFS tree from MinIO",
+        "Restoring etcd from a MinIO snapshot",
+        "Replacing a failed NAS host",
     ):
         assert re.search(rf"^## \d+\. {re.escape(heading)}$", RUNBOOK, re.M), f"docs/runbook.md lacks: {heading}"

@@ -129,12 +129,12 @@ def test_device_paths_are_absolute_dev_paths():
     def mutate(raw):
         raw["nodes"][40]["nvme"][0]["device"] = "nvme1n1"
         raw["nodes"][5]["osdDevices"][0]["device"] = "/dev/../etc/passwd"
-        raw["nas"]["hosts"][1]["drives"][2] = "/mnt/sdd"
+        raw["nas"]["hosts"][1]["drives"][2]["device"] = "/mnt/sdd"
 
     found = problems(mutate=mutate)
     assert "not a device path" in only(found, "nodes[40].nvme[0].device")
     assert "not a device path" in only(found, "nodes[5].osdDevices[0].device")
-    assert "not a device path" in only(found, "nas.hosts[1].drives[2]")
+    assert "not a device path" in only(found, "nas.hosts[1].drives[2].device")
 
 
 def test_versions_are_pinned():

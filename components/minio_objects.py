@@ -1,0 +1,229 @@
+"""Buckets, users and policies in the MinIO tier, as Pulumi dynamic resources.
+
+Why a dynamic provider: the objects are tracked state (a changed policy or retention is a diff in
+`pulumi preview`, a removed user is deleted), and the `minio` package's `Minio` (S3 API) and
+`MinioAdmin` (admin API, natively since 7.2.0) need no `mc` binary and no extra Pulumi plugin
+(pulumi-minio bridges a Terraform provider line in maintenance mode).
+
+This module must stay importable (`components.minio_objects`): Pulumi pickles the provider objects by
+reference into the state and imports this module again to run them. The providers hold no
+credentials themselves; the connection is a (secret) input of every resource.
+
+Root credentials are used only here, to create the per-purpose users; the users get bucket-scoped
+policies and never `admin:*`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+import pulumi
+import urllib3
+from minio import Minio, MinioAdmin
+from minio.commonconfig import ENABLED, Filter
+from minio.credentials import StaticProvider
+from minio.lifecycleconfig import Expiration, LifecycleConfig, NoncurrentVersionExpiration, Rule
+from minio.versioningconfig import VersioningConfig
+from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
+
+# The region MinIO answers for by default; giving it skips a GetBucketLocation round trip.
+REGION = "us-east-1"
+CONNECTION_KEYS = ("endpoint", "secure", "caPem", "accessKey", "secretKey")
+
+
+def _http(props: dict[str, Any]) -> Optional[urllib3.PoolManager]:
+    """A pool that trusts exactly the tier's CA (none needed for plain HTTP)."""
+    if not props["secure"]:
+        return None
+    return urllib3.PoolManager(cert_reqs="CERT_REQUIRED", ca_cert_data=props["caPem"])
+
+
+def s3_client(props: dict[str, Any]) -> Minio:
+    return Minio(
+        props["endpoint"],
+        access_key=props["accessKey"],
+        secret_key=props["secretKey"],
+        secure=props["secure"],
+        region=REGION,
+        http_client=_http(props),
+    )
+
+
+def admin_client(props: dict[str, Any]) -> MinioAdmin:
+    return MinioAdmin(
+        endpoint=props["endpoint"],
+        credentials=StaticProvider(props["accessKey"], props["secretKey"]),
+        secure=props["secure"],
+        http_client=_http(props),
+    )
+
+
+def _changed(olds: dict[str, Any], news: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
+    return [key for key in keys if olds.get(key) != news.get(key)]
+
+
+# --- buckets -------------------------------------------------------------------------------------
+
+BUCKET_KEYS = ("versioning", "noncurrentDays", "expirePrefixes")
+
+
+def lifecycle(props: dict[str, Any]) -> Optional[LifecycleConfig]:
+    """Noncurrent versions expire after `noncurrentDays`; objects under each of `expirePrefixes`
+    (prefix -> days) expire after their days. None when nothing expires."""
+    rules = []
+    if props.get("noncurrentDays"):
+        rules.append(
+            Rule(
+                ENABLED,
+                rule_filter=Filter(prefix=""),
+                rule_id="expire-noncurrent",
+                noncurrent_version_expiration=NoncurrentVersionExpiration(int(props["noncurrentDays"])),
+            )
+        )
+    for prefix, days in sorted((props.get("expirePrefixes") or {}).items()):
+        rules.append(
+            Rule(
+                ENABLED,
+                rule_filter=Filter(prefix=prefix),
+                rule_id=f"expire-{prefix.strip('/').replace('/', '-')}",
+                expiration=Expiration(days=int(days)),
+            )
+        )
+    return LifecycleConfig(rules) if rules else None
+
+
+def ensure_bucket(client: Minio, props: dict[str, Any]) -> list[str]:
+    """Make the bucket hold the settings; returns what it changed (nothing on a re-run)."""
+    bucket, done = props["bucket"], []
+    if not client.bucket_exists(bucket):
+        client.make_bucket(bucket)
+        done.append("created")
+    if props.get("versioning") and client.get_bucket_versioning(bucket).status != ENABLED:
+        client.set_bucket_versioning(bucket, VersioningConfig(ENABLED))
+        done.append("versioning")
+    wanted = lifecycle(props)
+    if wanted is not None:
+        # The rules are ours alone: set them whole whenever the settings change them (update) or
+        # the bucket was new; an unchanged re-run does not rewrite them.
+        client.set_bucket_lifecycle(bucket, wanted)
+        done.append("lifecycle")
+    return done
+
+
+class BucketProvider(ResourceProvider):
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        ensure_bucket(s3_client(props), props)
+        return CreateResult(id_=props["bucket"], outs=props)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        replaces = _changed(olds, news, ("bucket",))
+        changes = replaces + _changed(olds, news, BUCKET_KEYS + CONNECTION_KEYS)
+        return DiffResult(changes=bool(changes), replaces=replaces, delete_before_replace=False)
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        ensure_bucket(s3_client(news), news)
+        return UpdateResult(outs=news)
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        # Backups are the point of this tier: a bucket that holds anything is left in place (remove
+        # it by hand after copying what you need); an empty one is removed.
+        client = s3_client(props)
+        bucket = props["bucket"]
+        versions = bool(props.get("versioning"))
+        if (
+            client.bucket_exists(bucket)
+            and next(iter(client.list_objects(bucket, include_version=versions)), None) is None
+        ):
+            client.remove_bucket(bucket)
+
+
+class Bucket(pulumi.dynamic.Resource):
+    """A bucket with versioning and a lifecycle, created with the root credentials."""
+
+    def __init__(
+        self,
+        name: str,
+        connection: dict[str, pulumi.Input[Any]],
+        bucket: str,
+        versioning: bool,
+        noncurrent_days: int,
+        expire_prefixes: Optional[dict[str, int]] = None,
+        opts: Optional[pulumi.ResourceOptions] = None,
+    ) -> None:
+        props = {
+            **connection,
+            "bucket": bucket,
+            "versioning": versioning,
+            "noncurrentDays": noncurrent_days,
+            "expirePrefixes": expire_prefixes or {},
+        }
+        secret = pulumi.ResourceOptions(additional_secret_outputs=["accessKey", "secretKey"])
+        super().__init__(BucketProvider(), name, props, pulumi.ResourceOptions.merge(secret, opts))
+
+
+# --- users and their policies --------------------------------------------------------------------
+
+USER_KEYS = ("userSecret", "policy")
+
+
+def bucket_policy(buckets: list[str], actions: list[str]) -> str:
+    """An IAM policy allowing `actions` on `buckets` and their objects, nothing else (JSON text)."""
+    resources = [f"arn:aws:s3:::{b}" for b in buckets] + [f"arn:aws:s3:::{b}/*" for b in buckets]
+    return json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": actions, "Resource": resources}]},
+        sort_keys=True,
+    )
+
+
+def ensure_user(admin: MinioAdmin, props: dict[str, Any]) -> None:
+    """The policy, the user with its secret, the policy mapped to the user: each call is idempotent
+    on the server (add replaces, set maps), so create and update share it."""
+    admin.policy_add(props["policyName"], policy=json.loads(props["policy"]))
+    admin.user_add(props["user"], props["userSecret"])
+    # policy_set (set-user-or-group-policy) replaces the user's mapping; attach_policy would fail
+    # on a re-run with "already applied".
+    admin.policy_set(props["policyName"], user=props["user"])
+
+
+class UserProvider(ResourceProvider):
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        ensure_user(admin_client(props), props)
+        return CreateResult(id_=props["user"], outs=props)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        replaces = _changed(olds, news, ("user", "policyName"))
+        changes = replaces + _changed(olds, news, USER_KEYS + CONNECTION_KEYS)
+        return DiffResult(changes=bool(changes), replaces=replaces, delete_before_replace=True)
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        ensure_user(admin_client(news), news)
+        return UpdateResult(outs=news)
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        admin = admin_client(props)
+        admin.user_remove(props["user"])
+        admin.policy_remove(props["policyName"])
+
+
+class User(pulumi.dynamic.Resource):
+    """A MinIO user with one canned policy of the same purpose."""
+
+    def __init__(
+        self,
+        name: str,
+        connection: dict[str, pulumi.Input[Any]],
+        user: str,
+        user_secret: pulumi.Input[str],
+        policy: str,
+        opts: Optional[pulumi.ResourceOptions] = None,
+    ) -> None:
+        props = {
+            **connection,
+            "user": user,
+            "userSecret": pulumi.Output.secret(user_secret),
+            "policyName": user,
+            "policy": policy,
+        }
+        secret = pulumi.ResourceOptions(additional_secret_outputs=["accessKey", "secretKey", "userSecret"])
+        super().__init__(UserProvider(), name, props, pulumi.ResourceOptions.merge(secret, opts))
