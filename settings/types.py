@@ -133,6 +133,7 @@ def _label_value(value: str) -> str:
 
 
 def _sha256(value: str) -> str:
+    """A sha256 digest: 64 lower-case hex digits."""
     if not re.fullmatch(r"[0-9a-f]{64}", value):
         raise ValueError(f"{value!r} is not a sha256; give the 64 lower-case hex digits `sha256sum FILE` prints")
     return value
