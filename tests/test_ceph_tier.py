@@ -223,6 +223,8 @@ def test_storage_classes_come_from_settings():
         raw["storage"]["ceph"].update(
             {"blockStorageClass": "datasets-rwo", "sharedStorageClass": "datasets-rwx", "filesystemName": "shared"}
         )
+        for source in raw["storage"]["minio"]["backup"]["sources"]:  # backups name the shared class too
+            source["storageClass"] = "datasets-rwx"
 
     plan = evaluate("prod", rename)
     cluster = values(plan, CLUSTER)

@@ -109,6 +109,9 @@ def test_rke2_config_uses_real_keys(prod_plan):
         "cluster-cidr": "10.42.0.0/16",
         "cni": "none",
         "disable-kube-proxy": True,
+        # Only these two etcd-s3 keys: with any other, RKE2 ignores the config Secret (MinioTier).
+        "etcd-s3": True,
+        "etcd-s3-config-secret": "rke2-etcd-s3",
         "etcd-snapshot-retention": 28,
         "etcd-snapshot-schedule-cron": "0 */6 * * *",
         "node-ip": "10.20.1.12",

@@ -3,10 +3,12 @@ bucket/user provider (S3 half against a real `rclone serve s3`, admin half again
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
 import os
+import pickle
 import re
 import stat
 import subprocess
@@ -276,7 +278,7 @@ def test_rclone_secret_configures_the_remote_from_the_environment(known_plan):
     secret = known_plan.named("cephfs-backup-ml-data-rclone")
     data = known_plan.revealed[secret["urn"]]["stringData"]
     assert data["RCLONE_CONFIG_NAS_TYPE"] == "s3" and data["RCLONE_CONFIG_NAS_PROVIDER"] == "Minio"
-    assert data["RCLONE_CONFIG_NAS_ENDPOINT"] == "https://10.20.3.11:9000"
+    assert data["RCLONE_CONFIG_NAS_ENDPOINT"] == "https://minio.dc.example.internal:9000"
     assert data["RCLONE_CONFIG_NAS_ACCESS_KEY_ID"] == "backup-writer"
     assert data["RCLONE_CONFIG_NAS_SECRET_ACCESS_KEY"] == "KNOWN-minio-backup-writer-secret-0123456789"
     assert known_plan.named("cephfs-backup-ml-data-rclone")["inputs"]["stringData"] == SECRET
@@ -303,7 +305,7 @@ def test_etcd_s3_secret_has_the_keys_rke2_reads(known_plan):
     assert secret["inputs"]["type"] == "etcd.k3s.cattle.io/s3-config-secret"
     assert secret["inputs"]["metadata"]["namespace"] == "kube-system"
     data = known_plan.revealed[secret["urn"]]["stringData"]
-    assert data["etcd-s3-endpoint"] == "10.20.3.11:9000"  # host:port, no scheme
+    assert data["etcd-s3-endpoint"] == "minio.dc.example.internal:9000"  # host:port, no scheme
     assert data["etcd-s3-bucket"] == "etcd-snapshots" and data["etcd-s3-bucket-lookup-type"] == "path"
     assert data["etcd-s3-access-key"] == "etcd-snapshot-writer"
     assert data["etcd-s3-secret-key"] == "KNOWN-minio-etcd-snapshot-writer-secret-0123456789"
@@ -666,3 +668,14 @@ def test_docs_tolerance_table_matches_the_arithmetic():
         expected += [layout.read_tolerance_hosts >= 2, layout.write_tolerance_hosts >= 2]
         assert [s == "yes" for s in survives] == expected, parity
         assert abs(float(usable) - 100 * layout.usable_fraction) < 0.06, parity
+
+
+@pytest.mark.parametrize("provider", [minio_objects.BucketProvider(), minio_objects.UserProvider()])
+def test_providers_are_pickled_by_reference_to_an_importable_module(provider):
+    """The engine stores the provider in the state and imports `components.minio_objects` to run it;
+    pickled by value it would carry the code (and any captured value) into the state instead."""
+    from pulumi.dynamic.dynamic import serialize_provider
+
+    blob = base64.b64decode(serialize_provider(provider))
+    assert b"components.minio_objects" in blob and len(blob) < 200
+    assert type(pickle.loads(blob)) is type(provider)

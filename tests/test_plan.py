@@ -188,4 +188,5 @@ def test_evaluate_stack_reads_secure_values_as_secrets(tmp_path):
     plan = evaluate_stack("lab", config)
     rke2 = plan.named("lab-server-rke2")
     assert rke2["inputs"]["stdin"] == "[secret]"
-    assert plan.by_type("random:index/randomPassword:RandomPassword") == []
+    generated = [r["name"] for r in plan.by_type("random:index/randomPassword:RandomPassword")]
+    assert "rke2-token" not in generated
