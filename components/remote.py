@@ -15,6 +15,7 @@ Every host step in this program goes through `host_script`, so the rules live in
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import shlex
 from collections.abc import Mapping, Sequence
@@ -79,8 +80,11 @@ def host_accesses(settings: Settings, private_key: pulumi.Input[str]) -> dict[st
     }
 
 
+@functools.cache
 def script_text(script: str) -> str:
-    """The program that runs on the host: the shared helpers (`lib.sh`), then the script."""
+    """The program that runs on the host: the shared helpers (`lib.sh`), then the script.
+
+    Read once per process: every node's steps send the same files (1000 nodes: ~6000 reads otherwise)."""
     return (SCRIPTS / "lib.sh").read_text() + "\n" + (SCRIPTS / script).read_text()
 
 
