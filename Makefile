@@ -8,7 +8,7 @@ STACK ?= prod
 VENV := venv
 PY := $(VENV)/bin/python
 
-.PHONY: plan test lint lint-workflows install docs
+.PHONY: plan test lint lint-workflows install docs bench
 
 $(VENV)/.runtime: requirements.txt
 	python3 -m venv $(VENV)
@@ -38,3 +38,8 @@ lint-workflows: $(VENV)/.dev
 
 test: lint lint-workflows
 	$(PY) -m pytest -q
+
+# make bench                             scale benchmark (50/200/1000 generated nodes): writes docs/benchmarks.md
+#                                        (CI runs the 50-node case in tests/test_benchmarks.py)
+bench: $(VENV)/.dev
+	$(PY) -m benchmarks.run --nodes 50 200 1000 --profile 1000 --out docs/benchmarks.md

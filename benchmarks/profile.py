@@ -89,6 +89,15 @@ def markdown(nodes: int, total: float, by_owner: list[tuple[str, float]]) -> str
     return "\n".join(lines)
 
 
+def report(nodes: int) -> str:
+    """The Markdown summary of an N-node preview's profile."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "Pulumi.bench.yaml"
+        config.write_text(stack_file(inventory(nodes)))
+        total, by_owner, _ = profile(config)
+    return markdown(nodes, total, by_owner)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("nodes", type=int)

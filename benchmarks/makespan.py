@@ -1,0 +1,200 @@
+"""How long a fresh `pulumi up` takes, modeled from the plan's dependency graph and `--parallel`.
+
+Started from ../shared/tools/makespan.py (list scheduling of the plan's graph). Two changes:
+
+- Durations by kind of step, each with the reason it is plausible (DURATIONS below), instead of one
+  figure for every SSH step: a membership step is a handful of kubectl calls on the init server,
+  not two minutes of package installation.
+- The queue is first come, first served. The engine starts a step only when the program registers
+  it, and the SDK registers a resource only once everything it depends on is done (pulumi/pulumi,
+  pkg/resource/deploy/step_executor.go: "language hosts can only invoke the resource monitor once
+  all of their dependencies have resolved"); the registrations then wait on one channel for
+  `--parallel` workers, in arrival order. Steps that become ready at the same moment go in URN order.
+
+Durations are assumptions for a site with a package mirror and a registry mirror near the hosts,
+not measurements. What the model tells reliably is the shape: how far the schedule is from the
+graph's own limit (unbounded parallelism) and how it grows with the node count.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+COMMAND = "command:remote:Command"
+CNI_CHARTS = ("cilium", "tigera-operator")
+
+# kind of step -> (seconds, why that figure is plausible)
+DURATIONS: dict[str, tuple[int, str]] = {
+    "prepare-host.sh": (
+        120,
+        "apt/dnf update and ~10 packages from a near mirror (30-90 s), sysctls, modules, chrony restart",
+    ),
+    "rke2-install.sh init": (
+        300,
+        "installer and tarball download, first etcd and API server start, pulls of the control-plane "
+        "images, then waits until the VIP answers: 'a first server start takes a few minutes'",
+    ),
+    "rke2-install.sh server": (240, "as the init server, plus etcd member join and learner promotion"),
+    "rke2-install.sh agent": (
+        120,
+        "installer and ~40 MB tarball, rke2-agent start, runtime image pull, kubelet registration (60-120 s)",
+    ),
+    "node-membership.sh": (
+        15,
+        "one SSH login through the bastion (1-2 s) and ~10 kubectl get/label/taint/annotate calls on the "
+        "init server (~0.3 s each); the node is already registered (its RKE2 step waited for that)",
+    ),
+    "read-kubeconfig.sh": (10, "reads rke2.yaml and checks the API through the endpoint, which is already up"),
+    "infiniband-host.sh": (90, "rdma-core and infiniband-diags from the mirror (30-60 s), IPoIB interface up"),
+    "nvme-tier1.sh": (60, "mkfs.xfs on two NVMe devices (discard of a few TB takes seconds to tens), mounts"),
+    "ceph-osd-devices.sh": (30, "blkid/wipefs checks of 4 devices; wiping only where settings say so"),
+    "other host script": (120, "a host step this model does not know: the conservative figure"),
+    "helm release": (
+        180,
+        "chart install and Helm's wait for its Deployments/DaemonSets, images from a near registry mirror",
+    ),
+    "CNI release": (
+        300,
+        "the CNI DaemonSet must roll out on every node (image pull on each) before Helm's wait ends",
+    ),
+    "kubernetes object": (5, "one API request and its readiness check"),
+    "no work": (0, "components, providers and the generated token take no time themselves"),
+}
+
+
+def step_kind(resource: Mapping[str, Any]) -> str:
+    """The DURATIONS key of a plan resource."""
+    type_ = resource["type"]
+    if not resource.get("custom", True) or type_.startswith(("pulumi:", "random:")):
+        return "no work"
+    if type_ == COMMAND:
+        create = resource["inputs"].get("create", "")
+        script = create.rsplit(" ", 1)[-1] if isinstance(create, str) else ""
+        if script == "rke2-install.sh":
+            if "RKE2_TYPE=agent" in create:
+                return "rke2-install.sh agent"
+            return "rke2-install.sh server" if "server: https://" in create else "rke2-install.sh init"
+        return script if script in DURATIONS else "other host script"
+    if type_.startswith("kubernetes:helm.sh/"):
+        return "CNI release" if resource["inputs"].get("chart") in CNI_CHARTS else "helm release"
+    return "kubernetes object"
+
+
+def graph(plan: Mapping[str, Any]) -> tuple[dict[str, dict], dict[str, set[str]]]:
+    """Resources by URN and what each waits for: its dependencies (a component stands for everything
+    inside it) and its provider."""
+    res = {r["urn"]: r for r in plan["resources"]}
+    children: dict[str, list[str]] = {}
+    for r in plan["resources"]:
+        if r.get("parent"):
+            children.setdefault(r["parent"], []).append(r["urn"])
+
+    def expand(urn: str) -> list[str]:
+        out = [urn]
+        for child in children.get(urn, []):
+            out.extend(expand(child))
+        return out
+
+    deps = {}
+    for urn, r in res.items():
+        waits: set[str] = set()
+        provider = r.get("provider") or ""
+        for d in [*r.get("dependencies", []), provider]:
+            if d in res:
+                waits.update(x for x in expand(d) if x != urn)
+        deps[urn] = waits
+    return res, deps
+
+
+@dataclass
+class Schedule:
+    makespan: float
+    """Seconds until the last step is done."""
+    peak_ssh: int = 0
+    """Most host steps running at once: SSH connections from the machine running Pulumi (and, with a
+    bastion, to the bastion: pulumi-command dials the bastion once per step)."""
+    peak_by_target: dict[str, int] = field(default_factory=dict)
+    """Most host steps running at once against each host."""
+
+
+def simulate(
+    res: Mapping[str, dict],
+    deps: Mapping[str, set[str]],
+    parallel: int,
+    targets: Optional[Mapping[str, str]] = None,
+) -> Schedule:
+    """First come, first served list scheduling under `parallel` (0: unbounded).
+
+    `targets`: the host each host step connects to, by URN, for the peak-connection counts."""
+    targets = targets or {}
+    duration = {u: DURATIONS[step_kind(r)][0] for u, r in res.items()}
+    waiting = {u: set(ds) for u, ds in deps.items()}
+    dependents: dict[str, list[str]] = {}
+    for u, ds in deps.items():
+        for d in ds:
+            dependents.setdefault(d, []).append(u)
+    ready = deque(sorted(u for u, ds in waiting.items() if not ds))
+    running: list[tuple[float, str]] = []
+    now, done = 0.0, 0
+    ssh: dict[str, int] = {}
+    schedule = Schedule(makespan=0.0)
+    while ready or running:
+        while ready and (parallel <= 0 or len(running) < parallel):
+            u = ready.popleft()
+            heapq.heappush(running, (now + duration[u], u))
+            if res[u]["type"] == COMMAND:
+                host = targets.get(u, "?")
+                ssh[host] = ssh.get(host, 0) + 1
+                schedule.peak_by_target[host] = max(schedule.peak_by_target.get(host, 0), ssh[host])
+                schedule.peak_ssh = max(schedule.peak_ssh, sum(ssh.values()))
+        now, u = heapq.heappop(running)
+        finished = [u]
+        while running and running[0][0] == now:  # everything done at this instant, before new starts
+            finished.append(heapq.heappop(running)[1])
+        newly_ready = []
+        for u in finished:
+            done += 1
+            if res[u]["type"] == COMMAND:
+                ssh[targets.get(u, "?")] -= 1
+            for v in dependents.get(u, []):
+                waiting[v].discard(u)
+                if not waiting[v]:
+                    newly_ready.append(v)
+        ready.extend(sorted(newly_ready))
+    if done != len(res):
+        raise ValueError(f"cycle or dangling dependency: {len(res) - done} steps never became ready")
+    schedule.makespan = now
+    return schedule
+
+
+def longest_host_chain(plan: Mapping[str, Any]) -> int:
+    """The most host commands that must run one after another (through any resources between them)."""
+    by_urn = {r["urn"]: r for r in plan["resources"]}
+    depth: dict[str, int] = {}
+
+    def visit(urn: str) -> int:
+        if urn not in depth:
+            r = by_urn.get(urn)
+            own = 1 if r is not None and r["type"] == COMMAND else 0
+            below = [visit(d) for d in (r["dependencies"] if r else [])]
+            depth[urn] = own + max(below, default=0)
+        return depth[urn]
+
+    return max(visit(u) for u in by_urn)
+
+
+def duration_table() -> str:
+    lines = ["| step | modeled s | why |", "|---|---:|---|"]
+    lines += [f"| {kind} | {seconds} | {why} |" for kind, (seconds, why) in DURATIONS.items()]
+    return "\n".join(lines)
+
+
+def node_of(command_name: str, nodes: Collection[str]) -> Optional[str]:
+    """The node a per-node host step is named after (`<node>-<step>`), or None for cluster-wide steps."""
+    parts = command_name.split("-")
+    owners = ["-".join(parts[:k]) for k in range(len(parts) - 1, 0, -1)]
+    return next((name for name in owners if name in nodes), None)

@@ -1,0 +1,263 @@
+"""The scale benchmark: generated inventories through the offline preview and the bring-up model.
+
+    python -m benchmarks.run [--nodes 50 200 1000] [--profile 1000] [--out docs/benchmarks.md]
+
+For each size: the offline preview (`python -m stacks.plan`) runs in a subprocess, timed, with its
+peak memory (the child's maximum resident set, from wait4); the plan it writes gives the resource
+count, the host steps per node and the longest host-command chain; the bring-up model
+(benchmarks/makespan.py) schedules that plan at several `--parallel` values and counts the SSH
+connections each costs. Which host a step connects to is inside the (secret) connection, so the
+runner also evaluates the program in-process and reads it from the revealed inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from benchmarks import makespan
+from benchmarks.inventory import ROOT, inventory, prod_config, stack_file
+from stacks import engine
+
+PARALLELS = (64, 128, 192, 256)
+# --parallel recommended for a bring-up, by node count (up to and including): docs and README.
+RECOMMENDED = ((100, 64), (400, 128), (2000, 192))
+
+
+def recommended_parallel(nodes: int) -> int:
+    return next(p for limit, p in RECOMMENDED if nodes <= limit)
+
+
+@dataclass
+class Result:
+    label: str
+    """The inventory: `prod` (Pulumi.prod.yaml) or the generated node count."""
+    nodes: int
+    resources: int
+    host_steps: int
+    wall_seconds: float
+    peak_mib: float
+    steps_per_node: dict[str, str]
+    """Host steps named after a node, by kind of node ('3' or '3-4')."""
+    chain: int
+    graph_limit: float
+    schedules: dict[int, makespan.Schedule]
+    init_server: str
+    nas_hosts: list[str]
+
+
+def preview(config: Path, out: Path) -> tuple[float, float]:
+    """(wall seconds, peak resident MiB) of `python -m stacks.plan bench --config CONFIG --out OUT`."""
+    start = time.perf_counter()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "stacks.plan", "bench", "--config", str(config), "--out", str(out)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise RuntimeError(f"offline preview of {config} exited {child.returncode}")
+    return wall, usage.ru_maxrss / 1024  # Linux: KiB
+
+
+def node_classes(raw: dict[str, Any]) -> dict[str, str]:
+    """Node name -> kind: server, storage host, GPU node or CPU agent."""
+    classes = {}
+    for n in raw["nodes"]:
+        if n.get("controlPlane"):
+            classes[n["name"]] = "server"
+        elif n["role"] == "gpu":
+            classes[n["name"]] = "GPU node"
+        elif n.get("osdDevices"):
+            classes[n["name"]] = "storage host"
+        else:
+            classes[n["name"]] = "CPU agent"
+    return classes
+
+
+def steps_per_node(plan: dict[str, Any], classes: dict[str, str]) -> dict[str, str]:
+    per_node = Counter(makespan.node_of(r["name"], classes) for r in plan["resources"] if r["type"] == makespan.COMMAND)
+    out = {}
+    for kind in ("server", "CPU agent", "storage host", "GPU node"):
+        counts = sorted({per_node[name] for name, k in classes.items() if k == kind})
+        if counts:
+            out[kind] = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return out
+
+
+def step_targets(stack: str, config: Path, raw: dict[str, Any]) -> dict[str, str]:
+    """The host name each host step connects to, by URN (from the revealed connection)."""
+    names = {h["address"]: h["name"] for h in [*raw["nodes"], *raw["nas"]["hosts"]]}
+    plan = engine.evaluate_stack(stack, config)
+    return {
+        r["urn"]: names.get(plan.revealed[r["urn"]]["connection"]["host"], "?") for r in plan.by_type(makespan.COMMAND)
+    }
+
+
+def measure(label: str, raw: dict[str, Any], workdir: Path, parallels: tuple[int, ...] = PARALLELS) -> Result:
+    """Preview, shape and modeled bring-up of the inventory `raw` (settings as in a stack file)."""
+    nodes = len(raw["nodes"])
+    config = workdir / f"Pulumi.bench-{label}.yaml"
+    config.write_text(stack_file(raw))
+    out = workdir / f"plan-{label}.json"
+    wall, peak = preview(config, out)
+    plan = json.loads(out.read_text())
+    targets = step_targets("bench", config, raw)
+    res, deps = makespan.graph(plan)
+    parallels = tuple(sorted({*parallels, recommended_parallel(nodes)}))
+    return Result(
+        label=label,
+        nodes=nodes,
+        resources=len(plan["resources"]),
+        host_steps=sum(r["type"] == makespan.COMMAND for r in plan["resources"]),
+        wall_seconds=wall,
+        peak_mib=peak,
+        steps_per_node=steps_per_node(plan, node_classes(raw)),
+        chain=makespan.longest_host_chain(plan),
+        graph_limit=makespan.simulate(res, deps, 0).makespan,
+        schedules={p: makespan.simulate(res, deps, p, targets) for p in parallels},
+        init_server=raw["cluster"]["initServer"],
+        nas_hosts=[h["name"] for h in raw["nas"]["hosts"]],
+    )
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f}"
+
+
+def report(results: list[Result], profile_md: str = "") -> str:
+    parallels = sorted({p for r in results for p in r.schedules})
+    lines = [
+        "# Scale benchmarks",
+        "",
+        "Generated by `make bench` (`python -m benchmarks.run`); do not edit by hand. The inventories come from",
+        "`benchmarks/inventory.py` (30% GPU nodes with InfiniBand and tier-1 NVMe, one CPU agent in four a Ceph",
+        "storage host, 3 servers, 5 from 500 nodes; address plan in its docstring) and pass the settings",
+        "validation (`tests/test_benchmarks.py`). `python -m benchmarks.inventory N --out Pulumi.big.yaml`",
+        "writes one for `python -m stacks.plan big --config Pulumi.big.yaml`.",
+        "",
+        "## Offline preview",
+        "",
+        f"Measured on the machine that ran `make bench` ({os.cpu_count()} CPUs, shared): wall time and peak",
+        "resident memory of `python -m stacks.plan` as a subprocess, plan JSON written.",
+        "",
+        "| inventory | nodes | resources | host steps | preview wall s | peak memory MiB |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r.label} | {r.nodes} | {r.resources} | {r.host_steps} | {r.wall_seconds:.1f} | {r.peak_mib:.0f} |"
+        for r in results
+    ]
+    kinds = [
+        k for k in ("server", "CPU agent", "storage host", "GPU node") if any(k in r.steps_per_node for r in results)
+    ]
+    lines += [
+        "",
+        "## Shape",
+        "",
+        "Host steps named after each node (prepare, RKE2, membership, and the hardware steps of its role), and",
+        "the longest chain of host commands that must run one after another.",
+        "",
+        "| inventory | nodes | " + " | ".join(f"steps per {k}" for k in kinds) + " | longest host-command chain |",
+        "|---|---:|" + "---:|" * len(kinds) + "---:|",
+    ]
+    lines += [
+        f"| {r.label} | {r.nodes} | " + " | ".join(r.steps_per_node.get(k, "-") for k in kinds) + f" | {r.chain} |"
+        for r in results
+    ]
+    lines += [
+        "",
+        "## Modeled fresh bring-up (minutes)",
+        "",
+        "`benchmarks/makespan.py`: the plan's dependency graph scheduled first come, first served under",
+        "`--parallel`, with the per-step durations below. The graph limit is the schedule with unbounded",
+        "parallelism. **Bold**: the recommended `--parallel` for that size.",
+        "",
+        "| inventory | nodes | graph limit | " + " | ".join(f"--parallel {p}" for p in parallels) + " |",
+        "|---|---:|---:|" + "---:|" * len(parallels),
+    ]
+    for r in results:
+        cells = []
+        for p in parallels:
+            s = r.schedules.get(p)
+            cell = _minutes(s.makespan) if s else ""
+            cells.append(f"**{cell}**" if p == recommended_parallel(r.nodes) else cell)
+        lines.append(f"| {r.label} | {r.nodes} | {_minutes(r.graph_limit)} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## What a `--parallel` costs in SSH connections",
+        "",
+        "Every running host step is one SSH connection from the machine running Pulumi. pulumi-command dials",
+        "the bastion once per step (its `Dial`: a new client to the proxy, then a channel to the host), so the",
+        "bastion holds as many connections as steps run, up to `--parallel`; the first `--parallel` steps",
+        "(every node's prepare step) start together, so that many handshakes arrive at once. Membership steps",
+        "and the kubeconfig step log in to the init server; NAS steps to their NAS host. Peaks from the model:",
+        "",
+        "| inventory | nodes | --parallel | bastion (all host steps) | init server | busiest NAS host |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        for p, s in sorted(r.schedules.items()):
+            nas = max((s.peak_by_target.get(h, 0) for h in r.nas_hosts), default=0)
+            rec = " (recommended)" if p == recommended_parallel(r.nodes) else ""
+            init = s.peak_by_target.get(r.init_server, 0)
+            lines.append(f"| {r.label} | {r.nodes} | {p}{rec} | {s.peak_ssh} | {init} | {nas} |")
+    lines += [
+        "",
+        "sshd counts connections that have not authenticated yet against `MaxStartups` (default `10:30:100`:",
+        "from 10 pending it drops 30% of new ones, rising to all at 100), not established ones. pulumi-command",
+        "retries a refused dial (`ssh.dialErrorLimit`, default 10 tries) but a burst far above the limit exhausts",
+        "the tries. So on the bastion set `MaxStartups` above the recommended `--parallel`",
+        "(e.g. `300:30:600` for 256), and check that its connection-rate limits (firewall, `fail2ban`, a",
+        "cloud bastion's session quota) allow that many logins from the Pulumi machine within a few seconds.",
+        "Membership steps start as the RKE2 steps they wait for finish, in waves, so the init server can see",
+        "nearly `--parallel` logins at once, each running ~10 kubectl calls (~30-50 MB each while it runs):",
+        "set its `MaxStartups` above the init-server column too (e.g. `200:30:400` for 192) and give it the",
+        "memory. The recommended values: 64 up to 100 nodes, 128 up to 400, 192 up to 2000.",
+        "No host step targets a NAS host yet (MinioTier is not built); when it is, its steps show up here.",
+        "",
+        "## Per-step durations of the model",
+        "",
+        makespan.duration_table(),
+    ]
+    if profile_md:
+        lines += ["", "## Where the preview's time goes", "", profile_md]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[50, 200, 1000])
+    parser.add_argument("--profile", type=int, metavar="N", help="add a cProfile summary of an N-node preview")
+    parser.add_argument("--out", type=Path, help="write the Markdown report here (else standard output)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        results = [measure("prod", prod_config(), Path(tmp))]
+        results += [measure(str(n), inventory(n), Path(tmp)) for n in args.nodes]
+    profile_md = ""
+    if args.profile:
+        from benchmarks import profile
+
+        profile_md = profile.report(args.profile)
+    text = report(results, profile_md)
+    if args.out:
+        args.out.write_text(text)
+        print(f"wrote {args.out}")
+    else:
+        print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
