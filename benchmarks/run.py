@@ -36,7 +36,7 @@ RECOMMENDED = ((100, 64), (400, 128), (2000, 192))
 # What the profile led to (issue 17), and what it says about the rest.
 PROFILE_NOTES = [
     "Before issue 17 the same 1000-node preview took 26.3 s wall and 772 MiB on an idle moment of this",
-    "machine (36 s under the usual load). Two changes in `stacks/engine.py`, plan JSON of prod and lab",
+    "machine (the issue measured about 36 s under load). Two changes in `stacks/engine.py`, plan JSON of prod and lab",
     "byte-identical before and after (`cmp`): the recording monitor answers a resource with its own",
     "request instead of `MockMonitor`'s deserialise-then-serialise round trip of every input (the mock",
     "engine's own overhead), and the cycle collector runs every 50,000 allocations instead of 700 while",
