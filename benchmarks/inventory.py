@@ -8,7 +8,7 @@ real configuration. The inventory itself:
 
 - Roles: 30% GPU nodes (8x H100, one InfiniBand port, two tier-1 NVMe devices), the rest CPU nodes;
   3 dedicated control-plane servers (5 from 500 nodes on); one CPU agent in four is a Ceph storage
-  host with 4 OSD disks named by id (`/dev/disk/by-id/wwn-...`); one NAS host per 125 nodes, at least 4.
+  host with 4 OSD disks named by id (`/dev/disk/by-id/wwn-...`); prod's NAS hosts and drives for MinIO.
 - Racks: node addresses are 10.20.<rack>.<11+slot>, one /24 per rack. Rack 0 holds the bastion
   (.5), the API virtual IP (.10) and the servers; CPU racks hold 32 nodes, GPU racks 4 (an 8-GPU
   server draws ~10 kW, a 40 kW rack holds four); the NAS hosts have the last rack. Every node carries
@@ -147,15 +147,11 @@ def inventory(total: int, *, pinned: bool = True, gpu_share: float = GPU_SHARE) 
         )
     for node in nodes:
         node.update(key(node["name"]))
-    nas_count = max(4, math.ceil(total / 125))
+    # Prod's NAS hosts (names, drives by id: MinIO's erasure sets are sized for them), re-addressed.
+    prod_nas = raw["nas"]["hosts"]
     nas = [
-        {
-            "name": _name("nas", i + 1, nas_count),
-            "address": address,
-            "drives": [f"/dev/sd{c}" for c in "bcdefghijklm"],
-            **key(_name("nas", i + 1, nas_count)),
-        }
-        for i, (_, address) in enumerate(racks.fill(nas_count, CPU_PER_RACK))
+        {**{k: v for k, v in host.items() if k != "hostKey"}, "address": address, **key(host["name"])}
+        for host, (_, address) in zip(prod_nas, racks.fill(len(prod_nas), CPU_PER_RACK), strict=True)
     ]
 
     raw["cluster"] = {

@@ -52,6 +52,11 @@ DURATIONS: dict[str, tuple[int, str]] = {
     "infiniband-host.sh": (90, "rdma-core and infiniband-diags from the mirror (30-60 s), IPoIB interface up"),
     "nvme-tier1.sh": (60, "mkfs.xfs on two NVMe devices (discard of a few TB takes seconds to tens), mounts"),
     "ceph-osd-devices.sh": (30, "blkid/wipefs checks of 4 devices; wiping only where settings say so"),
+    "minio-nas.sh": (
+        180,
+        "MinIO binary (~100 MB) from the site mirror, XFS on the NAS drives, service start, then its wait for "
+        "write quorum while the other NAS hosts start in parallel",
+    ),
     "other host script": (120, "a host step this model does not know: the conservative figure"),
     "helm release": (
         180,
@@ -61,15 +66,15 @@ DURATIONS: dict[str, tuple[int, str]] = {
         300,
         "the CNI DaemonSet must roll out on every node (image pull on each) before Helm's wait ends",
     ),
-    "kubernetes object": (5, "one API request and its readiness check"),
-    "no work": (0, "components, providers and the generated token take no time themselves"),
+    "API object": (5, "one API request: a Kubernetes object, or a MinIO bucket/user/policy (dynamic provider)"),
+    "no work": (0, "components, providers, generated passwords and TLS keys take no time to speak of"),
 }
 
 
 def step_kind(resource: Mapping[str, Any]) -> str:
     """The DURATIONS key of a plan resource."""
     type_ = resource["type"]
-    if not resource.get("custom", True) or type_.startswith(("pulumi:", "random:")):
+    if not resource.get("custom", True) or type_.startswith(("pulumi:", "random:", "tls:")):
         return "no work"
     if type_ == COMMAND:
         create = resource["inputs"].get("create", "")
@@ -81,7 +86,7 @@ def step_kind(resource: Mapping[str, Any]) -> str:
         return script if script in DURATIONS else "other host script"
     if type_.startswith("kubernetes:helm.sh/"):
         return "CNI release" if resource["inputs"].get("chart") in CNI_CHARTS else "helm release"
-    return "kubernetes object"
+    return "API object"
 
 
 def graph(plan: Mapping[str, Any]) -> tuple[dict[str, dict], dict[str, set[str]]]:
