@@ -10,14 +10,16 @@ Two halves:
 Placement is explicit: OSDs only on the storage hosts and only on their listed devices
 (`useAllNodes`/`useAllDevices` off, or Rook would also take the GPU nodes' NVMe); MON, MGR, OSD and
 MDS pods only on nodes labelled `ml-platform.io/ceph-storage=true` (set by ClusterBootstrap on exactly
-those hosts); MONs and MGRs on distinct hosts. The CSI node plugins tolerate the GPU taint, so GPU
-pods can mount tier 2.
+those hosts); MONs and MGRs on distinct hosts.
 
-Rook release line: v1.19. From v1.20 the operator chart no longer configures the CSI drivers; the
-node plugins' tolerations move to the separate `ceph-csi-drivers` chart (ceph-csi-operator), which
-is not in the reference data this project checks its values against. v1.19 sets them through the
-operator chart's `csi.pluginTolerations`, which Rook copies into the ceph-csi-operator's
-OperatorConfig and Driver resources. Settings refuse another Rook line (`settings/storage.py`, `settings/rules.py`).
+Rook v1.20: the operator chart installs the ceph-csi-operator (subchart); the Ceph-CSI `Driver`
+resources come from the separate `ceph-csi-drivers` chart, released here with Rook's recommended
+values plus the GPU taint toleration on the node plugins (GPU pods mount tier 2) and RBD snapshots on
+(`snapshotPolicy: volumeSnapshot`; the chart's default `none` silently drops the snapshotter).
+
+Tier 2 is hard to delete by accident: the namespace is created by the program (privileged, kept on
+delete), the three Rook releases are `protect`ed and replaced (so refused) on a name or namespace
+change, and settings refuse to drop every storage host while `storage.ceph.deployed` is true.
 """
 
 from __future__ import annotations
@@ -31,12 +33,23 @@ import pulumi_kubernetes as k8s
 
 from components.cluster import GPU_TAINT
 from components.helm import release
+from components.namespaces import platform_namespace
 from components.remote import HostAccess, host_script
 from settings import CephSettings, Charts, NodeSettings
 
 STORAGE_LABEL = "ml-platform.io/ceph-storage"  # set by ClusterBootstrap on every node with osdDevices
 OPERATOR_RELEASE = "rook-ceph"
 CLUSTER_RELEASE = "rook-ceph-cluster"
+CSI_DRIVERS_RELEASE = "ceph-csi-drivers"
+# The image set ConfigMap Rook v1.20 writes from its `csi.*` image values (Rook's ceph-csi-drivers values).
+CSI_IMAGE_SET = "rook-csi-operator-image-set-configmap"
+NAMESPACE_REASON = (
+    "Rook-Ceph: OSDs are privileged and use host devices, MONs and OSDs use host paths (and the host network "
+    "with storage.ceph.network.provider host), the CSI node plugins mount volumes on every node"
+)
+# A change of release name or namespace would be a second CephCluster aimed at the same disks, or an
+# uninstall of the first: a replacement, which `protect` refuses at preview time.
+PROTECTED = pulumi.ResourceOptions(protect=True, replace_on_changes=["name", "namespace"])
 # The RBD pool behind the block storage class. A fixed name: renaming the storage class in settings
 # must not create a new, empty pool.
 BLOCK_POOL = "tier2-rbd"
@@ -90,7 +103,17 @@ class CephTier(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[args.host_ready[node.name]]),
             )
 
-        # Cluster half: the operator (CRDs, CSI), then the cluster, once the disks are checked.
+        # Cluster half: the namespace, the operator (CRDs, ceph-csi-operator), the CSI drivers, then the
+        # cluster once the disks are checked.
+        namespace = platform_namespace(
+            f"{name}-namespace",
+            ceph.namespace,
+            "privileged",
+            NAMESPACE_REASON,
+            provider=args.provider,
+            parent=self,
+            depends_on=args.cluster_ready,
+        )
         operator = release(
             f"{name}-operator",
             args.charts.rook_ceph,
@@ -99,7 +122,20 @@ class CephTier(pulumi.ComponentResource):
             values=operator_values(),
             provider=args.provider,
             parent=self,
-            depends_on=list(args.cluster_ready),
+            depends_on=[*args.cluster_ready, namespace],
+            opts=PROTECTED,
+        )
+        drivers = release(
+            f"{name}-csi-drivers",
+            args.charts.ceph_csi_drivers,
+            release_name=CSI_DRIVERS_RELEASE,
+            namespace=ceph.namespace,
+            values=csi_drivers_values(ceph.namespace),
+            provider=args.provider,
+            parent=self,
+            # The Driver CRD comes with the operator's ceph-csi-operator subchart.
+            depends_on=[operator, namespace],
+            opts=PROTECTED,
         )
         release(
             f"{name}-cluster",
@@ -109,9 +145,10 @@ class CephTier(pulumi.ComponentResource):
             values=cluster_values(ceph, hosts),
             provider=args.provider,
             parent=self,
-            depends_on=[operator, *self.disk_steps.values()],
+            depends_on=[operator, drivers, namespace, *self.disk_steps.values()],
             # MONs, MGRs and the OSD prepare jobs come up before the chart's toolbox is Ready.
             timeout_seconds=1800,
+            opts=PROTECTED,
         )
         self.register_outputs(
             {
@@ -159,22 +196,48 @@ def storage_affinity() -> dict[str, Any]:
 
 
 def operator_values() -> dict[str, Any]:
-    """Values of the `rook-ceph` operator chart (v1.19 line)."""
+    """Values of the `rook-ceph` operator chart (v1.20 line)."""
     return {
         "crds": {"enabled": True},
-        "csi": {
-            # The ceph-csi-operator path (v1.19's default): Rook writes these settings into the
-            # OperatorConfig and Driver resources that the ceph-csi-operator subchart reconciles.
-            "rookUseCsiOperator": True,
-            "enableRbdDriver": True,
-            "enableCephfsDriver": True,
-            "nfs": {"enabled": False},
-            # Node plugins (the DaemonSets that mount volumes) on every node, GPU nodes included.
-            # The provisioners keep no toleration: they run on CPU nodes.
-            "pluginTolerations": [gpu_toleration()],
-        },
+        # The ceph-csi-operator subchart: it reconciles the Driver resources of ceph-csi-drivers.
+        "csi": {"installCsiOperator": True},
         "enableDiscoveryDaemon": False,  # devices are listed explicitly; nothing to discover
         "monitoring": {"enabled": False},  # no Prometheus Operator; Zabbix scrapes the mgr module
+    }
+
+
+def csi_drivers_values(namespace: str) -> dict[str, Any]:
+    """Values of the `ceph-csi-drivers` chart: Rook's recommended values (rook v1.20.6
+    deploy/charts/ceph-csi-drivers/values.yaml) for a Rook operator in `namespace`, plus placement
+    and snapshots. The chart writes each driver's own `nodePlugin.tolerations` (default []) into its
+    Driver resource, so the toleration is set per driver, not only in the defaults."""
+    node_plugin = {"priorityClassName": "system-node-critical", "tolerations": [gpu_toleration()]}
+
+    def driver(kind: str, snapshot_policy: str) -> dict[str, Any]:
+        # Driver names must match the provisioner of Rook's storage classes: <operator namespace>.<kind>.csi.ceph.com
+        return {
+            "enabled": True,
+            "name": f"{namespace}.{kind}.csi.ceph.com",
+            # The chart's default for RBD is `none`: no csi-snapshotter, VolumeSnapshots never complete.
+            "snapshotPolicy": snapshot_policy,
+            "nodePlugin": node_plugin,
+        }
+
+    return {
+        "operatorConfig": {
+            "namespace": namespace,
+            "driverSpecDefaults": {
+                "imageSet": {"name": CSI_IMAGE_SET},
+                "nodePlugin": node_plugin,
+                "controllerPlugin": {"priorityClassName": "system-cluster-critical"},
+            },
+        },
+        "drivers": {
+            "rbd": driver("rbd", "volumeSnapshot"),
+            "cephfs": driver("cephfs", "volumeSnapshot"),
+            "nfs": {"enabled": False, "name": f"{namespace}.nfs.csi.ceph.com"},
+            "nvmeof": {"enabled": False, "name": f"{namespace}.nvmeof.csi.ceph.com"},
+        },
     }
 
 
@@ -217,6 +280,9 @@ def ceph_cluster_spec(ceph: CephSettings, storage_hosts: Sequence[NodeSettings])
             ],
         },
         "disruptionManagement": {"managePodBudgets": True},
+        # `host`: Ceph daemons on the nodes' network, off the CNI overlay (settings/storage.py says what
+        # each choice costs). Rook's empty provider is the pod network.
+        "network": {"provider": "host" if ceph.network.provider == "host" else ""},
     }
 
 
@@ -278,10 +344,22 @@ def cluster_values(ceph: CephSettings, storage_hosts: Sequence[NodeSettings]) ->
                 },
             }
         ],
-        # Not used: no object store, no snapshot classes (the chart's defaults would create an RGW).
+        # Not used: no object store (the chart's default would create an RGW).
         "cephObjectStores": [],
-        "cephFileSystemVolumeSnapshotClass": {"enabled": False},
-        "cephBlockPoolsVolumeSnapshotClass": {"enabled": False},
+        # Snapshot classes for both drivers (RKE2 ships the snapshot CRDs and controller): backups
+        # (Velero CSI data movement) take VolumeSnapshots of tier-2 volumes.
+        "cephFileSystemVolumeSnapshotClass": {
+            "enabled": True,
+            "name": ceph.shared_storage_class,
+            "isDefault": True,
+            "deletionPolicy": "Delete",
+        },
+        "cephBlockPoolsVolumeSnapshotClass": {
+            "enabled": True,
+            "name": ceph.block_storage_class,
+            "isDefault": True,
+            "deletionPolicy": "Delete",
+        },
     }
 
 

@@ -38,6 +38,7 @@ import yaml
 
 from components.cluster import GPU_TAINT, ROLE_LABEL
 from components.helm import release
+from components.namespaces import platform_namespace
 from components.remote import HostAccess, host_script
 from settings import Charts, GpuSettings, NodeSettings, NvmeDevice, Tier1Settings
 
@@ -52,12 +53,14 @@ RUNTIME_CLASS = "nvidia"
 DEVICE_PLUGIN_CONFIG = "device-plugin-config"
 DEVICE_PLUGIN_CONFIG_KEY = "time-slicing"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
-# Namespaces of node agents that mount host paths and devices.
-PRIVILEGED_NAMESPACE_LABELS = {
-    "pod-security.kubernetes.io/enforce": "privileged",
-    "pod-security.kubernetes.io/audit": "privileged",
-    "pod-security.kubernetes.io/warn": "privileged",
-}
+# Why each namespace is `privileged` (components/namespaces.py).
+OPERATOR_NAMESPACE_REASON = (
+    "GPU Operator operands: the driver container loads kernel modules, the container toolkit rewrites the "
+    "node's containerd config, the device plugin, DCGM and the validator use host paths and devices"
+)
+TIER1_NAMESPACE_REASON = (
+    "local-static-provisioner: mounts the tier-1 mount root from the host and deletes released volumes' files"
+)
 
 
 def taint_toleration(taint: str) -> dict[str, str]:
@@ -121,15 +124,21 @@ class GpuPool(pulumi.ComponentResource):
         }
 
         k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.cluster_ready))
-        # Privileged namespaces (PSA labels): the pods mount host paths and devices, and RKE2's CIS profile
-        # enforces "restricted" elsewhere. One Namespace when both settings name the same one.
+        # One Namespace when both settings name the same one.
         namespaces: dict[str, k8s.core.v1.Namespace] = {}
-        for role, namespace in (("operator", gpu.namespace), ("tier1", tier1.namespace)):
+        for role, namespace, reason in (
+            ("operator", gpu.namespace, OPERATOR_NAMESPACE_REASON),
+            ("tier1", tier1.namespace, TIER1_NAMESPACE_REASON),
+        ):
             if namespace not in namespaces:
-                namespaces[namespace] = k8s.core.v1.Namespace(
+                namespaces[namespace] = platform_namespace(
                     f"{name}-{role}-namespace",
-                    metadata=k8s.meta.v1.ObjectMetaArgs(name=namespace, labels=PRIVILEGED_NAMESPACE_LABELS),
-                    opts=k8s_opts,
+                    namespace,
+                    "privileged",
+                    reason,
+                    provider=args.provider,
+                    parent=self,
+                    depends_on=args.cluster_ready,
                 )
 
         self.operator = release(
@@ -199,6 +208,10 @@ def gpu_operator_values(gpu: GpuSettings, deploy_nfd: bool = True) -> dict[str, 
                 {"name": "CONTAINERD_CONFIG", "value": RKE2_CONTAINERD_CONFIG},
                 {"name": "CONTAINERD_SOCKET", "value": RKE2_CONTAINERD_SOCKET},
                 {"name": "RUNTIME_DROP_IN_CONFIG", "value": RKE2_CONTAINERD_DROP_IN},
+                # Read the config from RKE2's file only. The default (`command,file`) first runs
+                # `containerd config dump` with whatever containerd is first on the host's PATH, which
+                # on an RKE2 node is not RKE2's (or none), and would build the drop-in from that.
+                {"name": "RUNTIME_CONFIG_SOURCE", "value": f"file={RKE2_CONTAINERD_CONFIG}"},
             ],
         },
         "dcgmExporter": {"enabled": True, "serviceMonitor": {"enabled": False}},

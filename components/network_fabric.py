@@ -26,13 +26,16 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
+import yaml
 
 from components.cluster import API_PORT, GPU_TAINT, ROLE_LABEL
 from components.helm import release
+from components.namespaces import platform_namespace
 from components.remote import HostAccess, host_script
 from settings import Charts, ClusterSettings, InfinibandSettings, NetworkSettings, NodeSettings
 
@@ -45,6 +48,19 @@ MELLANOX_REPOSITORY = "nvcr.io/nvidia/mellanox"
 RDMA_HCA_MAX = 63
 # Per-node pod range that RKE2's kube-controller-manager and Cilium's cluster-pool IPAM both use.
 NODE_POD_CIDR_MASK = 24
+# The nv-ipam IPPool CRD of the nv-ipam build Network Operator v26.4.1 deploys (vendored unmodified from
+# Mellanox/nvidia-k8s-ipam tag network-operator-v26.4.1, deploy/crds/). Bump it with charts.networkOperator.
+NV_IPAM_RELEASE = "network-operator-v26.4.1"
+IPPOOL_CRD_FILE = (
+    Path(__file__).resolve().parent / "crds" / "nvidia-k8s-ipam" / NV_IPAM_RELEASE / "nv-ipam.nvidia.com_ippools.yaml"
+)
+NETWORK_OPERATOR_NAMESPACE_REASON = (
+    "Network Operator: NFD workers read host PCI data, the DOCA-OFED driver container loads kernel modules, the "
+    "RDMA device plugin, Multus, IPoIB CNI and nv-ipam write to host CNI directories and devices"
+)
+TIGERA_NAMESPACE_REASON = (
+    "tigera-operator runs on the host network before pod networking exists (RKE2's CIS profile exempts it too)"
+)
 
 
 @dataclass(frozen=True)
@@ -86,6 +102,20 @@ class NetworkFabric(pulumi.ComponentResource):
                 calico_values(network, args.cluster),
             )
         )
+        # Cilium goes to kube-system (RKE2's own, exempt from the CIS profile's `restricted`).
+        cni_waits = list(args.cluster_ready)
+        if network.cni == "calico":
+            cni_waits.append(
+                platform_namespace(
+                    f"{name}-cni-namespace",
+                    cni_namespace,
+                    "privileged",
+                    TIGERA_NAMESPACE_REASON,
+                    provider=args.provider,
+                    parent=self,
+                    depends_on=args.cluster_ready,
+                )
+            )
         cni_release = release(
             f"{name}-cni",
             cni_chart,
@@ -94,7 +124,7 @@ class NetworkFabric(pulumi.ComponentResource):
             values=cni_values,
             provider=args.provider,
             parent=self,
-            depends_on=list(args.cluster_ready),
+            depends_on=cni_waits,
             # Switching the CNI changes the release name and namespace: a replacement, which the
             # protection refuses at preview time. Removing it needs `pulumi state unprotect` first.
             opts=pulumi.ResourceOptions(protect=True, replace_on_changes=["name", "namespace"]),
@@ -126,6 +156,15 @@ class NetworkFabric(pulumi.ComponentResource):
         self, name: str, args: NetworkFabricArgs, cni_release: pulumi.Resource, ipoib_enabled: bool
     ) -> None:
         ib = args.network.infiniband
+        namespace = platform_namespace(
+            f"{name}-network-operator-namespace",
+            NETWORK_OPERATOR_NAMESPACE,
+            "privileged",
+            NETWORK_OPERATOR_NAMESPACE_REASON,
+            provider=args.provider,
+            parent=self,
+            depends_on=args.cluster_ready,
+        )
         operator = release(
             f"{name}-network-operator",
             args.charts.network_operator,
@@ -134,7 +173,7 @@ class NetworkFabric(pulumi.ComponentResource):
             values=network_operator_values(),
             provider=args.provider,
             parent=self,
-            depends_on=[*args.cluster_ready, cni_release],
+            depends_on=[*args.cluster_ready, cni_release, namespace],
         )
         policy = k8s.apiextensions.CustomResource(
             f"{name}-nic-cluster-policy",
@@ -146,14 +185,16 @@ class NetworkFabric(pulumi.ComponentResource):
         )
         if not ipoib_enabled:
             return
-        # The IPPool CRD comes with nv-ipam, which the operator installs for the NicClusterPolicy.
+        # The IPPool CRD is not in the chart: the operator applies it only once it reconciles the policy's
+        # nvIpam, so an IPPool created right after the policy can meet no CRD. Apply the pinned CRD first.
+        crd = ip_pool_crd(f"{name}-ippool-crd", args.provider, self, depends_on=list(args.cluster_ready))
         pool = k8s.apiextensions.CustomResource(
             f"{name}-ipoib-pool",
             api_version="nv-ipam.nvidia.com/v1alpha1",
             kind="IPPool",
             metadata={"name": ib.ipoib_network.name, "namespace": NETWORK_OPERATOR_NAMESPACE},
             spec=ip_pool_spec(ib),
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[operator, policy]),
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[operator, policy, crd]),
         )
         k8s.apiextensions.CustomResource(
             f"{name}-ipoib-network",
@@ -163,6 +204,23 @@ class NetworkFabric(pulumi.ComponentResource):
             spec=ipoib_network_spec(ib, args.gpu_nodes),
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[operator, policy, pool]),
         )
+
+
+def ip_pool_crd(
+    resource_name: str, provider: k8s.Provider, parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource]
+) -> k8s.apiextensions.v1.CustomResourceDefinition:
+    """The vendored nv-ipam IPPool CRD. The operator later applies the same CRD (same pinned release), so
+    server-side apply sees equal values and no conflict. Retained on delete: deleting a CRD deletes every
+    IPPool in the cluster, and the operator still serves nv-ipam."""
+    crd = next(d for d in yaml.safe_load_all(IPPOOL_CRD_FILE.read_text()) if d)
+    return k8s.apiextensions.v1.CustomResourceDefinition(
+        resource_name,
+        metadata={"name": crd["metadata"]["name"], "annotations": crd["metadata"].get("annotations", {})},
+        spec=crd["spec"],
+        opts=pulumi.ResourceOptions(
+            parent=parent, provider=provider, depends_on=list(depends_on), retain_on_delete=True
+        ),
+    )
 
 
 # ---------------------------------------------------------------------------------------------

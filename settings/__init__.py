@@ -12,10 +12,12 @@ from settings.monitoring import MonitoringSettings
 from settings.network import InfinibandSettings, IpoibNetwork, NetworkSettings
 from settings.nodes import GpuSpec, InfinibandSpec, NasDrive, NasHost, NasSettings, NodeSettings, NvmeDevice, OsdDevice
 from settings.root import NAMESPACE, SECRET_KEYS, Settings, SettingsError, load
+from settings.rules import settings_warnings
 from settings.scheduling import SchedulingSettings
 from settings.storage import (
     BackupSource,
     CephfsBackup,
+    CephNetwork,
     CephSettings,
     MinioArtifact,
     MinioHostLoss,
@@ -28,6 +30,7 @@ __all__ = [
     "SECRET_KEYS",
     "BackupSource",
     "Bastion",
+    "CephNetwork",
     "CephSettings",
     "CephfsBackup",
     "Chart",
@@ -61,4 +64,5 @@ __all__ = [
     "TimeSlicing",
     "VirtualIp",
     "load",
+    "settings_warnings",
 ]

@@ -51,17 +51,24 @@ class Charts(Model):
         "https://kubernetes-sigs.github.io/sig-storage-local-static-provisioner",
         "The local static provisioner of tier 1 (local NVMe).",
     )
-    # Rook v1.19: its operator chart still sets the CSI node plugins' tolerations (csi.pluginTolerations);
-    # v1.20 moved them to the separate ceph-csi-drivers chart (components/ceph_tier.py, docs/ceph-tier.md).
+    # Rook v1.20: the operator chart installs the ceph-csi-operator (subchart); the CSI drivers, their
+    # node plugins' tolerations and snapshot policy come from the separate ceph-csi-drivers chart.
     rook_ceph: Chart = _chart(
         "rook-ceph",
-        "v1.19.10",
+        "v1.20.6",
         "https://charts.rook.io/release",
-        "The Rook operator with the Ceph-CSI drivers (tier 2); a v1.19 release is required (docs/ceph-tier.md).",
+        "The Rook operator with the ceph-csi-operator (tier 2); a v1.20 release is required (docs/ceph-tier.md).",
+    )
+    # The version Rook v1.20.6 pins for its ceph-csi-operator subchart.
+    ceph_csi_drivers: Chart = _chart(
+        "ceph-csi-drivers",
+        "1.0.4",
+        "https://ceph.github.io/ceph-csi-operator",
+        "The Ceph-CSI Driver resources (RBD, CephFS) for Rook v1.20; the release of Rook's ceph-csi-operator subchart.",
     )
     rook_ceph_cluster: Chart = _chart(
         "rook-ceph-cluster",
-        "v1.19.10",
+        "v1.20.6",
         "https://charts.rook.io/release",
         "The Rook Ceph cluster, pools and storage classes (tier 2); the same release as `rookCeph`.",
     )

@@ -9,8 +9,31 @@ from pydantic import Field
 from settings.types import Host, Model, Name, Port, Sha256, Url
 
 
+class CephNetwork(Model):
+    provider: Literal["pod", "host"] = Field(
+        default="pod",
+        description=(
+            "Where Ceph's replication and client traffic flows. `pod`: the CNI's overlay (Rook's default; "
+            "every byte, three times for replicated writes, is encapsulated and crosses Cilium). `host`: the "
+            "daemons use the nodes' own network (no encapsulation, full NIC bandwidth; costs: Ceph ports "
+            "3300/6789/6800-7300 open on the hosts, firewalls between nodes must allow them, and the MONs' "
+            "addresses are node IPs). Rook fails the MONs over when this goes from pod to host on a running "
+            "cluster; from host back to pod is not supported."
+        ),
+    )
+
+
 class CephSettings(Model):
     namespace: Name = Field(default="rook-ceph", description="Namespace of Rook and the Ceph cluster.")
+    deployed: bool = Field(
+        default=False,
+        description=(
+            "Set true once tier 2 holds data (after its first `pulumi up`). While true, settings refuse a "
+            "configuration without storage hosts: that would uninstall the CephCluster (docs/runbook.md, "
+            "'Retire tier 2')."
+        ),
+    )
+    network: CephNetwork = Field(default=CephNetwork(), description="Ceph's network (see `provider`).")
     mon_count: int = Field(
         default=3,
         ge=1,
@@ -26,7 +49,7 @@ class CephSettings(Model):
     )
     ceph_image: str = Field(
         default="quay.io/ceph/ceph:v20.2.4",
-        description="The pinned Ceph image, `<repository>:<tag>`; Rook v1.19 supports Ceph v19 (Squid) and "
+        description="The pinned Ceph image, `<repository>:<tag>`; Rook v1.20 supports Ceph v19 (Squid) and "
         "v20 (Tentacle). Point it at a mirror for air-gapped sites.",
     )
 

@@ -55,6 +55,37 @@ def _device_path(value: str) -> str:
     return value
 
 
+# Names the kernel hands out in probe order (/dev/sdb, /dev/nvme1n1, /dev/vdc, ...): after a reboot, a
+# disk added, removed or probed later can take another disk's name. /dev/disk/by-id names carry the
+# model and serial (or WWN) and always point at the same disk.
+_KERNEL_NAME = re.compile(r"^/dev/((sd|hd|vd|xvd)[a-z]+\d*|nvme\d+n\d+(p\d+)?|dm-\d+|md\d+)$")
+
+
+def is_kernel_name(path: str) -> bool:
+    """True for a probe-order kernel name such as /dev/sdb or /dev/nvme1n1."""
+    return bool(_KERNEL_NAME.match(path))
+
+
+def kernel_name_problem(field_path: str, path: str, action: str) -> str:
+    """The error for a kernel name on a device the program destroys (`action`: 'format: true', 'wipe: true').
+    Reusable for any device list (tier-1 NVMe, Ceph OSDs, NAS drives)."""
+    name = path.rsplit("/", 1)[1]
+    return (
+        f"{field_path}: {path!r} is a kernel name and the device is marked {action}; kernel names follow probe "
+        "order and can point at another disk after a reboot, which would then be destroyed. Use its stable "
+        f"/dev/disk/by-id path (on the host: ls -l /dev/disk/by-id/ | grep -w {name}), e.g. "
+        "'/dev/disk/by-id/nvme-<model>_<serial>' or '/dev/disk/by-id/wwn-0x...'"
+    )
+
+
+def kernel_name_warning(field_path: str, path: str) -> str:
+    """The warning for a kernel name on a device the program only reads or mounts."""
+    return (
+        f"{field_path}: {path!r} is a kernel name that can change across reboots; prefer its /dev/disk/by-id path "
+        "(nothing is destroyed through it, so this is a warning)"
+    )
+
+
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
@@ -137,16 +168,6 @@ def _sha256(value: str) -> str:
     if not re.fullmatch(r"[0-9a-f]{64}", value):
         raise ValueError(f"{value!r} is not a sha256; give the 64 lower-case hex digits `sha256sum FILE` prints")
     return value
-
-
-# Kernel names follow probe order and can change at boot; formatting by one could hit another disk.
-_KERNEL_NAME = re.compile(r"^/dev/(sd[a-z]+|hd[a-z]+|vd[a-z]+|xvd[a-z]+|nvme\d+n\d+)(p?\d+)?$")
-
-
-def is_kernel_name(path: str) -> bool:
-    """Whether `path` is an unstable kernel device name (/dev/sdb, /dev/nvme1n1) rather than a
-    /dev/disk/by-id (or by-uuid, by-label) path."""
-    return bool(_KERNEL_NAME.match(path))
 
 
 Version = Annotated[str, AfterValidator(_pinned)]

@@ -23,7 +23,7 @@ from components.network_fabric import NetworkFabric, NetworkFabricArgs
 from components.remote import host_accesses
 from components.scheduling_stack import SchedulingStack, SchedulingStackArgs
 from components.zabbix_monitoring import ZabbixMonitoring, ZabbixMonitoringArgs
-from settings import NAMESPACE, SECRET_KEYS, Settings, load
+from settings import NAMESPACE, SECRET_KEYS, Settings, load, settings_warnings
 from settings.rules import minio_layout
 from stacks import outputs
 
@@ -37,6 +37,8 @@ class Secrets:
 def run() -> dict[str, Any]:
     """What `__main__.py` does: settings from the stack config, then the platform."""
     settings = load(read_config())
+    for warning in settings_warnings(settings):
+        pulumi.log.warn(warning)
     config = pulumi.Config(NAMESPACE)
     secrets = Secrets(
         ssh_private_key=config.require_secret("sshPrivateKey"),
