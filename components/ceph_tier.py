@@ -229,7 +229,6 @@ def csi_drivers_values(namespace: str) -> dict[str, Any]:
             "driverSpecDefaults": {
                 "imageSet": {"name": CSI_IMAGE_SET},
                 "nodePlugin": node_plugin,
-                "controllerPlugin": {"priorityClassName": "system-cluster-critical"},
             },
         },
         "drivers": {

@@ -146,6 +146,8 @@ class _RecordingMonitor(mocks.MockMonitor):
                 "deleteBeforeReplace": bool(request.deleteBeforeReplace),
                 "additionalSecretOutputs": sorted(request.additionalSecretOutputs),
                 "protect": bool(request.protect),
+                "retainOnDelete": bool(request.retainOnDelete),
+                "replaceOnChanges": sorted(request.replaceOnChanges),
             }
             self.requests.append(
                 {

@@ -11,15 +11,16 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
+import yaml
 
 from components.ceph_tier import BLOCK_POOL, DATA_POOL, STORAGE_LABEL, fault_tolerance
 from components.cluster import GPU_TAINT, node_labels, node_taints
 from components.remote import script_text
 from settings import load
-from tests.conftest import evaluate, node_index, problems, stack_doc, tolerates
+from tests.conftest import evaluate, node_index, problems, requires_upstream, stack_doc, tolerates
 from tests.upstream import crd_schema_errors, helm_merge, spec_schema, unknown_value_paths, upstream_values
 
-OPERATOR, CLUSTER = "ceph-operator", "ceph-cluster"
+OPERATOR, CLUSTER, DRIVERS = "ceph-operator", "ceph-cluster", "ceph-csi-drivers"
 
 
 def values(plan, release: str) -> dict[str, Any]:
@@ -80,8 +81,8 @@ def test_cluster_values_exist_in_the_pinned_chart(stack, request):
 def test_the_key_check_catches_a_misspelled_key(prod_plan):
     version = settings().charts.rook_ceph.version
     wrong = copy.deepcopy(values(prod_plan, OPERATOR))
-    wrong["csi"]["pluginToleration"] = wrong["csi"].pop("pluginTolerations")
-    assert unknown_value_paths(wrong, upstream_values("rook-ceph", version)) == ["csi.pluginToleration"]
+    wrong["csi"]["installCsiOperators"] = wrong["csi"].pop("installCsiOperator")
+    assert unknown_value_paths(wrong, upstream_values("rook-ceph", version)) == ["csi.installCsiOperators"]
 
 
 @pytest.mark.parametrize("stack", ["prod", "lab"])
@@ -194,19 +195,58 @@ def test_tolerates_follows_kubernetes_rules():
 
 @pytest.mark.parametrize("stack", ["prod", "lab"])
 def test_csi_node_plugins_tolerate_every_taint_of_the_gpu_nodes(stack, request):
+    # Rook v1.20: the node plugins' placement lives in the ceph-csi-drivers chart, per driver (the chart
+    # writes each driver's own nodePlugin.tolerations, default [], into its Driver resource).
     plan = request.getfixturevalue(f"{stack}_plan")
-    csi = values(plan, OPERATOR)["csi"]
-    assert csi["rookUseCsiOperator"] is True and csi["enableRbdDriver"] is True and csi["enableCephfsDriver"] is True
+    drivers = values(plan, DRIVERS)
     for node in settings(stack).gpu_nodes:
         for taint in node_taints(node):
-            assert any(tolerates(t, taint) for t in csi["pluginTolerations"]), (node.name, taint)
-    # The provisioners (controller plugins) stay on CPU nodes.
-    assert "provisionerTolerations" not in csi
+            for kind in ("rbd", "cephfs"):
+                tolerations = drivers["drivers"][kind]["nodePlugin"]["tolerations"]
+                assert any(tolerates(t, taint) for t in tolerations), (kind, node.name, taint)
+            defaults = drivers["operatorConfig"]["driverSpecDefaults"]["nodePlugin"]["tolerations"]
+            assert any(tolerates(t, taint) for t in defaults)
+    # The controller plugins (provisioners) stay on CPU nodes.
+    assert "controllerPlugin" not in drivers["operatorConfig"]["driverSpecDefaults"]
+    assert all("controllerPlugin" not in driver for driver in drivers["drivers"].values())
 
 
-def test_rook_v1_20_has_no_operator_chart_key_for_csi_tolerations():
-    # Why the charts are pinned to v1.19 (settings refuse another line): in v1.20 the operator chart has
-    # no CSI placement at all; it moved to the separate ceph-csi-drivers chart.
+def test_rbd_snapshots_are_not_silently_disabled(prod_plan):
+    # The chart's default for RBD is `none` (no csi-snapshotter): VolumeSnapshots would never complete.
+    upstream = upstream_values("ceph-csi-drivers", "1.0.4")
+    assert upstream["drivers"]["rbd"]["snapshotPolicy"] == "none"
+    drivers = values(prod_plan, DRIVERS)["drivers"]
+    assert drivers["rbd"]["snapshotPolicy"] == drivers["cephfs"]["snapshotPolicy"] == "volumeSnapshot"
+    cluster = values(prod_plan, CLUSTER)
+    assert cluster["cephBlockPoolsVolumeSnapshotClass"]["enabled"] is True
+    assert cluster["cephFileSystemVolumeSnapshotClass"]["enabled"] is True
+
+
+@pytest.mark.parametrize("stack", ["prod", "lab"])
+def test_csi_drivers_values_exist_upstream_and_follow_rooks_recommendation(stack, request):
+    plan = request.getfixturevalue(f"{stack}_plan")
+    ours = values(plan, DRIVERS)
+    assert unknown_value_paths(ours, upstream_values("ceph-csi-drivers", "1.0.4")) == []
+    recommended = yaml.safe_load(
+        requires_upstream("charts", "rook-ceph", "v1.20.6", "ceph-csi-drivers-values.yaml").read_text()
+    )
+    namespace = settings(stack).storage.ceph.namespace
+    for kind, driver in recommended["drivers"].items():
+        assert ours["drivers"][kind]["enabled"] == driver["enabled"]
+        # Rook's storage classes name <operator namespace>.<kind>.csi.ceph.com as provisioner.
+        assert ours["drivers"][kind]["name"] == driver["name"].replace("rook-ceph", namespace, 1)
+    defaults = recommended["operatorConfig"]["driverSpecDefaults"]
+    assert ours["operatorConfig"]["namespace"] == namespace
+    assert ours["operatorConfig"]["driverSpecDefaults"]["imageSet"] == defaults["imageSet"]
+    # The Driver schema accepts what the chart renders from our per-driver values.
+    schema = spec_schema("ceph-csi-operator", "v1.0.4", "csi.ceph.io_drivers.yaml", crd_version="v1")
+    rbd = ours["drivers"]["rbd"]
+    spec = {"snapshotPolicy": rbd["snapshotPolicy"], "nodePlugin": rbd["nodePlugin"]}
+    assert crd_schema_errors(spec, schema) == []
+
+
+def test_rook_v1_20_moved_csi_placement_out_of_the_operator_chart():
+    # Why the drivers chart is a release of its own: in v1.20 the operator chart has no CSI placement.
     v120 = upstream_values("rook-ceph", "v1.20.6")["csi"]
     v119 = upstream_values("rook-ceph", "v1.19.10")["csi"]
     assert [k for k in v120 if "oleration" in k or "ffinity" in k] == []
@@ -340,14 +380,14 @@ def test_ceph_image_needs_a_tag():
     assert ok == []
 
 
-def test_rook_charts_must_be_one_v1_19_release():
-    def bump(raw):
-        raw["charts"]["rookCeph"]["version"] = "v1.20.6"
+def test_rook_charts_must_be_one_v1_20_release():
+    def older(raw):
+        raw["charts"]["rookCeph"]["version"] = "v1.19.10"
 
-    found = problems("prod", bump)
+    found = problems("prod", older)
     assert "ceph-csi-drivers" in only(found, "charts.rookCeph.version")
     assert "same Rook release" in only(found, "charts.rookCephCluster.version")
-    assert settings().charts.rook_ceph.version == settings().charts.rook_ceph_cluster.version == "v1.19.10"
+    assert settings().charts.rook_ceph.version == settings().charts.rook_ceph_cluster.version == "v1.20.6"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,7 +420,8 @@ def test_prod_wipes_nothing_and_lab_wipes_its_marked_disks(prod_plan, lab_plan):
         plan_create(prod_plan, r) for r in prod_plan.by_type("command:remote:Command") if "-ceph-disks" in r["name"]
     ]
     assert prod and all("WIPE='' " in c for c in prod)
-    assert "WIPE=/dev/sdb " in plan_create(lab_plan, lab_plan.named("lab-cpu-1-ceph-disks"))
+    wiped = stack_doc("lab")["nodes"][node_index(stack_doc("lab"), "lab-cpu-1")]["osdDevices"][0]["device"]
+    assert f"WIPE={wiped} " in plan_create(lab_plan, lab_plan.named("lab-cpu-1-ceph-disks"))
 
 
 def plan_create(plan, resource) -> str:

@@ -340,7 +340,7 @@ def test_nvme_step_formats_only_marked_devices():
     def mutate(raw):
         node = raw["nodes"][node_index(raw, "gpu-01")]
         node["nvme"] = [
-            {"device": "/dev/nvme1n1", "format": True},
+            {"device": "/dev/disk/by-id/nvme-eui.0025388a00", "format": True},
             {"device": "/dev/nvme2n1"},
             {"device": "/dev/disk/by-id/nvme-eui.0025388a01", "format": True, "force": True},
         ]
@@ -349,7 +349,7 @@ def test_nvme_step_formats_only_marked_devices():
     plan = evaluate("prod", mutate)
     params = _params(plan.named("gpu-01-nvme")["inputs"]["create"])
     assert params["NVME_DEVICES"].split() == [
-        "/dev/nvme1n1=format",
+        "/dev/disk/by-id/nvme-eui.0025388a00=format",
         "/dev/nvme2n1=keep",
         "/dev/disk/by-id/nvme-eui.0025388a01=format-force",
     ]

@@ -363,9 +363,10 @@ def test_ipoib_pool_follows_settings(prod_plan):
 
 
 def test_ipoib_pool_fields_exist_upstream(prod_plan):
-    # nv-ipam's CRD comes with the operator's nv-ipam state, not with the chart: only checked when a
-    # copy is present upstream.
-    schema = spec_schema("network-operator", "v26.4.1", "nv-ipam.nvidia.com_ippools.yaml", crd_version="v1alpha1")
+    # nv-ipam's CRD is not in the chart; upstream keeps it under the nv-ipam build the operator deploys.
+    schema = spec_schema(
+        "nvidia-k8s-ipam", "network-operator-v26.4.1", "nv-ipam.nvidia.com_ippools.yaml", crd_version="v1alpha1"
+    )
     spec = inputs(prod_plan, "network-ipoib-pool")["spec"]
     assert unknown_fields(spec, schema) == []
     assert crd_schema_errors(spec, schema) == []

@@ -189,7 +189,7 @@ def test_unpinned_host_keys_allowed_only_when_explicit():
 
 def test_hardware_on_the_wrong_role_is_refused():
     def mutate(raw):
-        raw["nodes"][20]["nvme"] = [{"device": "/dev/nvme1n1", "format": True}]
+        raw["nodes"][20]["nvme"] = [{"device": "/dev/disk/by-id/nvme-eui.0025388a01", "format": True}]
         raw["nodes"][40]["osdDevices"] = [{"device": "/dev/sdb"}]
 
     found = problems(mutate=mutate)
