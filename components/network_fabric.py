@@ -14,10 +14,10 @@ Resources:
   a running cluster (unsupported upstream) fails at preview instead of tearing pod networking down.
 - `<node>-infiniband` on every GPU node (after its prepare step): RDMA user space, the IPoIB
   interface (address, MTU, mode) persisted, the port state reported.
-- `<name>-network-operator` (after the CNI) and its custom resources: the `NicClusterPolicy` (RDMA
-  shared device plugin on GPU nodes only; DOCA-OFED driver with `hostStack: ofed`; Multus, IPoIB
-  CNI and nv-ipam when the IPoIB network is enabled), then the nv-ipam `IPPool` and the
-  `IPoIBNetwork`.
+- `<name>-network-operator` (after the CNI, in its own privileged namespace, docs/hardening.md) and its
+  custom resources: the `NicClusterPolicy` (RDMA shared device plugin on GPU nodes only; DOCA-OFED
+  driver with `hostStack: ofed`; Multus, IPoIB CNI and nv-ipam when the IPoIB network is enabled),
+  then the pinned nv-ipam `IPPool` CRD, the `IPPool` and the `IPoIBNetwork`.
 """
 
 from __future__ import annotations

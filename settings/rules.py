@@ -357,7 +357,7 @@ def _backup_source_problems(s: Settings, add) -> None:
 # source); `None` where the source states no bound. The CephTier values are written for Rook v1.20
 # (ceph-csi-drivers chart), so another Rook line is refused as well. The GPU Operator and Network Operator
 # platform-support pages were not captured in the reference data this project checks against: they
-# are not in the table yet (docs/ceph-tier.md, "Versions").
+# are not in the table yet (docs/hardening.md, "Versions that fit together").
 K8S_SUPPORT: tuple[tuple[str, str, int | None, int | None, str], ...] = (
     (
         "rookCeph",
