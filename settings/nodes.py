@@ -22,7 +22,8 @@ class InfinibandSpec(Model):
 
 class NvmeDevice(Model):
     device: DevicePath = Field(
-        description="A tier-1 NVMe device, mounted at `gpu.tier1.mountRoot/<basename>` (basenames unique per node)."
+        description="A tier-1 NVMe device, mounted at `gpu.tier1.mountRoot/<basename>` (basenames unique per node); "
+        "a `/dev/disk/by-id/...` path, required with `format: true` (kernel names can change across reboots)."
     )
     format: bool = Field(
         default=False,
@@ -38,7 +39,8 @@ class NvmeDevice(Model):
 
 class OsdDevice(Model):
     device: DevicePath = Field(
-        description="A Ceph OSD device; `/dev/disk/by-id/...` paths are recommended (stable across reboots)."
+        description="A Ceph OSD device; a `/dev/disk/by-id/...` path, required with `wipe: true` (kernel names "
+        "can change across reboots)."
     )
     wipe: bool = Field(
         default=False,
