@@ -142,7 +142,11 @@ def inventory(total: int, *, pinned: bool = True, gpu_share: float = GPU_SHARE) 
                     "address": str(ib_hosts.network_address + i + 1),
                     "prefixLength": ib_hosts.prefixlen,
                 },
-                "nvme": [{"device": "/dev/nvme1n1", "format": True}, {"device": "/dev/nvme2n1", "format": True}],
+                # By id: settings refuse kernel names on devices marked format (they can change at boot).
+                "nvme": [
+                    {"device": f"/dev/disk/by-id/nvme-SAMSUNG_MZWLO3T8HCLS-00A07_S7FX{i + 1:06d}{d}", "format": True}
+                    for d in (1, 2)
+                ],
             }
         )
     for node in nodes:
