@@ -1,25 +1,34 @@
-# make plan [STACK=lab] [OUT=plan.json]  offline preview (creates the venv that Pulumi.yaml names)
+# make plan [STACK=lab] [OUT=plan-lab.json]  offline preview (creates the venv that Pulumi.yaml names)
 # make test                              lint + workflow lint + the whole test suite (what CI runs)
 # make lint                              ruff
 # make docs                              regenerate docs/settings.md, docs/stack-config.schema.json, docs/air-gap.md
-# make lint-workflows                    .github/workflows/*.yml against the GitHub workflow schema
+# make lint-workflows                    actionlint (with shellcheck on `run:` scripts) + the GitHub workflow schema
 # make install                           only the venv with the runtime requirements (what `pulumi up` uses)
+# make lock                              re-pin requirements.lock / requirements-dev.lock from the ranges in
+#                                        requirements.txt / requirements-dev.txt (then review and commit both)
 STACK ?= prod
 VENV := venv
 PY := $(VENV)/bin/python
+PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check
+PIP_COMPILE := $(VENV)/bin/pip-compile --quiet --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: plan test lint lint-workflows install docs bench
+.PHONY: plan test lint lint-workflows install docs bench lock
 
-$(VENV)/.runtime: requirements.txt
+# Installs the exact versions of the lock files: a provider SDK cannot change under a reviewed plan.
+$(VENV)/.runtime: requirements.lock
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PIP_INSTALL) -r requirements.lock
 	touch $@
 
-$(VENV)/.dev: requirements-dev.txt $(VENV)/.runtime
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+$(VENV)/.dev: requirements-dev.lock $(VENV)/.runtime
+	$(PIP_INSTALL) -r requirements-dev.lock
 	touch $@
 
 install: $(VENV)/.runtime
+
+lock: $(VENV)/.dev
+	$(PIP_COMPILE) --upgrade --output-file requirements.lock requirements.txt
+	$(PIP_COMPILE) --upgrade --output-file requirements-dev.lock requirements-dev.txt
 
 plan: $(VENV)/.runtime
 	$(PY) -m stacks.plan $(STACK) $(if $(OUT),--out $(OUT))
@@ -32,8 +41,10 @@ lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# check-jsonschema ships SchemaStore's github-workflow schema in its wheel: it checks offline.
+# actionlint reads .github/actionlint.yaml (the self-hosted runner's labels) and runs shellcheck on every
+# `run:` script; check-jsonschema ships SchemaStore's github-workflow schema in its wheel. Both offline.
 lint-workflows: $(VENV)/.dev
+	$(VENV)/bin/actionlint -shellcheck $(VENV)/bin/shellcheck .github/workflows/*.yml
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 
 test: lint lint-workflows

@@ -10,6 +10,7 @@ each naming its path and the fix. Rules that relate several areas live in `setti
 from __future__ import annotations
 
 import difflib
+import re
 import typing
 from typing import Any, Optional
 
@@ -91,20 +92,67 @@ class Settings(Model):
 def load(raw: dict[str, Any]) -> Settings:
     """Validate the raw config (area key -> parsed YAML value) and return the settings.
 
-    Raises SettingsError with every problem found: first the shape and types of every key; when
-    those are right, the rules that relate several fields.
+    Raises SettingsError with every problem found, sorted by path, each list item named: unknown keys
+    (which are then set aside, so they do not hide the rest), the shape and types of every key, and,
+    when those are right, the rules that relate several fields.
     """
     problems = [_unknown_area(key) for key in raw if key not in Settings.model_fields and _alias_field(key) is None]
-    known = {k: v for k, v in raw.items() if k not in SECRET_KEYS}
-    known = {k: v for k, v in known.items() if _alias_field(k) is not None}
-    try:
-        settings = Settings.model_validate(known, by_alias=True)
-    except ValidationError as exc:
-        raise SettingsError(problems + [_describe(err) for err in exc.errors()]) from None
-    problems += cross_field_problems(settings)
+    known = {k: v for k, v in raw.items() if k not in SECRET_KEYS and _alias_field(k) is not None}
+    errors = _errors(known)
+    problems += [_describe(err) for err in errors]
+    unknown = [tuple(err["loc"]) for err in errors if err["type"] == "extra_forbidden"]
+    last = []
+    if len(unknown) < len(errors):
+        last = ["(the rules that relate several fields run once the problems above are fixed)"]
+    else:
+        settings = Settings.model_validate(_without(known, unknown), by_alias=True)
+        problems += cross_field_problems(settings)
     if problems:
-        raise SettingsError(problems)
+        raise SettingsError(sorted((_name_items(p, raw) for p in problems), key=_path_key) + last)
     return settings
+
+
+def _errors(known: dict[str, Any]) -> list[dict]:
+    try:
+        Settings.model_validate(known, by_alias=True)
+    except ValidationError as exc:
+        return list(exc.errors())
+    return []
+
+
+def _without(value: Any, locs: list[tuple]) -> Any:
+    """`value` (the raw config) with the keys at `locs` removed (a copy; the raw config is left alone)."""
+    if isinstance(value, dict):
+        drop = {loc[0] for loc in locs if len(loc) == 1}
+        return {
+            k: _without(v, [loc[1:] for loc in locs if len(loc) > 1 and loc[0] == k])
+            for k, v in value.items()
+            if k not in drop
+        }
+    if isinstance(value, list):
+        return [_without(v, [loc[1:] for loc in locs if len(loc) > 1 and loc[0] == i]) for i, v in enumerate(value)]
+    return value
+
+
+_ITEM = re.compile(r"^(nodes|nas\.hosts)\[(\d+)\]")
+
+
+def _name_items(problem: str, raw: dict[str, Any]) -> str:
+    """`nodes[49].address: ...` -> `nodes[49] (gpu-16).address: ...`: a position alone is hard to find."""
+    match = _ITEM.match(problem)
+    if not match:
+        return problem
+    items = raw.get("nodes") if match[1] == "nodes" else (raw.get("nas") or {}).get("hosts")
+    index = int(match[2])
+    item = items[index] if isinstance(items, list) and index < len(items) else None
+    name = item.get("name") if isinstance(item, dict) else None
+    return f"{match[0]} ({name}){problem[match.end() :]}" if isinstance(name, str) else problem
+
+
+def _path_key(problem: str) -> list:
+    """Sort by the path before the first `: ` (positions numerically: nodes[9] before nodes[10])."""
+    path = problem.removeprefix(f"{NAMESPACE}:").split(": ", 1)[0]
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", path)]
 
 
 def _alias_field(alias: str) -> Optional[str]:

@@ -8,6 +8,7 @@ dependencies, inputs). The offline preview (`stacks.plan`) and the tests share t
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -83,7 +84,9 @@ def load_stack_config(stack: str, config_file: Optional[Path] = None) -> tuple[d
     for key, value in (doc.get("config") or {}).items():
         full = key if ":" in key else f"{PROJECT}:{key}"
         if isinstance(value, dict) and set(value) == {"secure"}:
-            config[full] = f"placeholder-{full.split(':', 1)[1]}"
+            # The ciphertext's digest: a changed secret gives a changed placeholder (and plan digest).
+            digest = hashlib.sha256(str(value["secure"]).encode()).hexdigest()[:12]
+            config[full] = f"placeholder-{full.split(':', 1)[1]}-{digest}"
             secret_keys.append(full)
         elif isinstance(value, str):
             config[full] = value
@@ -159,6 +162,8 @@ class _RecordingMonitor(mocks.MockMonitor):
                     "provider": request.provider.rsplit("::", 1)[0] if request.provider else None,
                     "dependencies": sorted(set(request.dependencies)),
                     "inputs": _clean(inputs),
+                    "options": _options(request),
+                    "secretDigests": _secret_digests(inputs),
                 }
             )
         return response
@@ -173,6 +178,32 @@ class _RecordingMonitor(mocks.MockMonitor):
         """
         urn = self.make_urn(request.parent, request.type, request.name)
         return resource_pb2.RegisterResourceResponse(urn=urn, id=f"{request.name}-id", object=request.object)
+
+
+def _options(request) -> dict[str, Any]:
+    """The resource options that decide replace and delete (what `pulumi preview` applies to a diff)."""
+    return {
+        "protect": bool(request.protect),
+        "deleteBeforeReplace": bool(request.deleteBeforeReplace),
+        "replaceOnChanges": sorted(request.replaceOnChanges),
+        "retainOnDelete": bool(request.retainOnDelete),
+        "ignoreChanges": sorted(request.ignoreChanges),
+    }
+
+
+def _secret_digests(value: Any, path: str = "inputs") -> dict[str, str]:
+    """A short digest of each secret input, by path, so a diff can say a secret changed without its value.
+
+    Offline, every secret is a placeholder derived from public data (the `secure:` ciphertext in the
+    stack file, see `load_stack_config`), so its digest reveals nothing the repository does not hold."""
+    if isinstance(value, dict):
+        if _SECRET_SIG in value:
+            revealed = json.dumps(_reveal(value.get("value")), sort_keys=True)
+            return {path: hashlib.sha256(revealed.encode()).hexdigest()[:16]}
+        return {k: v for key, item in value.items() for k, v in _secret_digests(item, f"{path}.{key}").items()}
+    if isinstance(value, list):
+        return {k: v for i, item in enumerate(value) for k, v in _secret_digests(item, f"{path}[{i}]").items()}
+    return {}
 
 
 def _clean(value: Any) -> Any:

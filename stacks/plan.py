@@ -1,26 +1,31 @@
 """Offline preview: what `pulumi up` would do, without the CLI, a backend, credentials or network.
 
     python -m stacks.plan STACK [--config FILE] [--out FILE]
-    python -m stacks.plan --diff OLD.json NEW.json
+    python -m stacks.plan --diff OLD.json NEW.json [--format text|markdown]
 
 The first form evaluates the real program for STACK on Pulumi's mock engine (`stacks.engine`) from
 `Pulumi.<STACK>.yaml` (or FILE, in the same format), prints a summary and optionally writes the
-plan as JSON. The second compares two such plans: added, removed and changed resources, with the
-input paths that changed. Invalid settings exit with status 2 and write no JSON.
+plan as JSON. The second compares two such plans (`stacks.diff`): what is created, updated, replaced
+or deleted, with old and new values, destructive steps first. Invalid settings exit with status 2 and
+write no JSON; a diff that replaces or deletes a protected resource exits with status 3.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from settings import SettingsError
+from stacks import diff
 from stacks.engine import SECRET, Plan, evaluate_stack
+
+# Exit status of --diff when a protected resource would be replaced or deleted (`pulumi preview` fails too).
+REFUSED = 3
 
 
 def summary(plan: Plan) -> str:
@@ -59,75 +64,20 @@ def _owner(resource: dict, by_urn: dict[str, dict], components: dict[str, dict])
     return owner
 
 
-_ABSENT = object()
-
-
-def diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """Added, removed and changed resources between two plans, with the changed input paths."""
-    before = {r["urn"]: r for r in old["resources"]}
-    after = {r["urn"]: r for r in new["resources"]}
-    changed = {}
-    for urn in sorted(before.keys() & after.keys()):
-        paths = sorted(_changed_paths(before[urn]["inputs"], after[urn]["inputs"], "inputs"))
-        for key in ("parent", "provider", "dependencies", "custom"):
-            if before[urn][key] != after[urn][key]:
-                paths.append(key)
-        if paths:
-            changed[urn] = paths
-    outputs = {
-        name: "added" if name not in old["outputs"] else "removed" if name not in new["outputs"] else "changed"
-        for name in sorted(old["outputs"].keys() | new["outputs"].keys())
-        if old["outputs"].get(name, _ABSENT) != new["outputs"].get(name, _ABSENT)
-    }
-    return {
-        "added": sorted(after.keys() - before.keys()),
-        "removed": sorted(before.keys() - after.keys()),
-        "changed": changed,
-        "outputs": outputs,
-    }
-
-
-def _changed_paths(a: Any, b: Any, path: str) -> Iterator[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(a.keys() | b.keys()):
-            yield from _changed_paths(a.get(key), b.get(key), f"{path}.{key}")
-    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            yield from _changed_paths(x, y, f"{path}[{i}]")
-    elif a != b:
-        yield path
-
-
-def render_diff(result: dict[str, Any]) -> str:
-    lines = [
-        f"{len(result['added'])} to add, {len(result['removed'])} to remove, "
-        f"{len(result['changed'])} to change, {len(result['outputs'])} outputs changed"
-    ]
-    for urn in result["added"]:
-        lines.append(f"+ {urn}")
-    for urn in result["removed"]:
-        lines.append(f"- {urn}")
-    for urn, paths in result["changed"].items():
-        lines.append(f"~ {urn}")
-        lines += [f"    {p}" for p in paths]
-    signs = {"added": "+", "removed": "-", "changed": "~"}
-    for name, change in result["outputs"].items():
-        lines.append(f"{signs[change]} output {name}")
-    return "\n".join(lines)
-
-
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stacks.plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("stack", nargs="?", help="stack name: reads Pulumi.<stack>.yaml")
     parser.add_argument("--config", type=Path, help="a stack config file to use instead of Pulumi.<stack>.yaml")
     parser.add_argument("--out", type=Path, help="write the plan as JSON to this file")
     parser.add_argument("--diff", nargs=2, type=Path, metavar=("OLD", "NEW"), help="compare two plan JSON files")
+    parser.add_argument("--format", choices=("text", "markdown"), default="text", help="--diff output format")
     args = parser.parse_args(argv)
 
     if args.diff:
         old, new = (json.loads(p.read_text()) for p in args.diff)
-        print(render_diff(diff(old, new)))
-        return 0
+        result = diff.compare(old, new)
+        print(diff.render_markdown(result) if args.format == "markdown" else diff.render_text(result))
+        return REFUSED if result.errors else 0
     if not args.stack:
         parser.error("give a STACK (e.g. prod) or --diff OLD NEW")
     try:
@@ -145,5 +95,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
+def cli() -> int:
+    """`main` for a terminal: output piped into `head` and closed early ends quietly."""
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at devnull so that flush cannot fail too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return status
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -28,11 +28,9 @@ from pathlib import Path
 from typing import Optional
 
 from stacks.engine import PROJECT, ROOT
+from stacks.plan import REFUSED
 
 STACKS = ("prod", "lab")
-# GitHub refuses a job summary over 1 MiB and truncates comments at 64 KiB: keep each stack's diff short
-# and point at the artifact for the rest.
-MAX_DIFF_LINES = 300
 
 
 @dataclass(frozen=True)
@@ -50,6 +48,7 @@ class StackReview:
     summary: str  # the diff's first line, or why there is no diff
     diff: str  # the whole diff text ("" when there is none)
     note: str = ""
+    markdown: str = ""  # the diff as Markdown, without its headline (collapsible sections)
 
 
 def git(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[bytes]:
@@ -115,12 +114,18 @@ def review_stack(stack: str, base: Side, head: Side, out: Path) -> StackReview:
         problem = plan(base, stack, base_json)
         if problem is not None:
             return StackReview(stack, True, f"no diff: the base {base.label} cannot be planned", "", problem)
-    result = _stacks_plan(head.tree, "--diff", str(base_json), str(head_json))
-    if result.returncode != 0:
-        return StackReview(stack, False, "the diff failed", "", result.stderr.strip())
-    text = result.stdout.rstrip("\n")
+    text_run = _stacks_plan(head.tree, "--diff", str(base_json), str(head_json))
+    md_run = _stacks_plan(head.tree, "--diff", str(base_json), str(head_json), "--format", "markdown")
+    if {text_run.returncode, md_run.returncode} - {0, REFUSED}:
+        return StackReview(stack, False, "the diff failed", "", (text_run.stderr or md_run.stderr).strip())
+    text = text_run.stdout.rstrip("\n")
     (out / f"diff-{stack}.txt").write_text(text + "\n")
-    return StackReview(stack, True, text.splitlines()[0], text, note)
+    (out / f"diff-{stack}.md").write_text(md_run.stdout)
+    headline = text.splitlines()[0].split(": ", 1)[-1]
+    if text_run.returncode == REFUSED:
+        headline = f"REFUSED, a protected resource would be replaced or deleted; {headline}"
+    body = "\n".join(md_run.stdout.splitlines()[1:]).strip("\n")
+    return StackReview(stack, text_run.returncode == 0, headline, text, note, body)
 
 
 def markdown(reviews: list[StackReview], base: Side, head: Side) -> str:
@@ -128,20 +133,16 @@ def markdown(reviews: list[StackReview], base: Side, head: Side) -> str:
         "## Offline preview: what this change does to each stack",
         "",
         f"Base `{base.label}`, head `{head.label}`. Evaluated on Pulumi's mock engine (no credentials, no"
-        " hosts): `+` added, `-` removed, `~` changed with the input paths that change. The real"
-        " `pulumi preview` of each stack follows in its own comment.",
+        " hosts): `+` create, `~` update, `+-` replace, `-+` delete before replace, `-` delete, with old"
+        " and new values; destructive steps first. The real `pulumi preview` of each stack follows in its"
+        " own comment (branches of this repository only).",
     ]
     for review in reviews:
         lines += ["", f"### `{review.stack}`: {review.summary}"]
         if review.note:
             lines += ["", "```", review.note, "```"]
-        body = review.diff.splitlines()[1:]
-        if body:
-            shown = body[:MAX_DIFF_LINES]
-            lines += ["", "<details><summary>resources and outputs</summary>", "", "```diff", *shown, "```"]
-            if len(body) > len(shown):
-                lines.append(f"{len(body) - len(shown)} more lines: see the `offline-plans` artifact.")
-            lines.append("</details>")
+        if review.markdown:
+            lines += ["", review.markdown]
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,524 @@
+"""What a change does, as the engine would apply it: the offline diff of two plans (`stacks.plan --diff`).
+
+Each resource is marked create / update / replace / delete-before-replace / delete from the changed
+input paths, the provider's own replace rules (REPLACE_ON, sources named) and the resource options
+recorded in the plan (`replaceOnChanges`, `deleteBeforeReplace`, `protect`, `retainOnDelete`,
+`ignoreChanges`). Values are shown, not just names: old -> new for scalars, a line diff for
+multi-line strings and commands, nested paths for maps and lists (list items matched by `name`).
+Secrets stay `[secret]`; a changed secret is reported without its value (by its digest in the plan).
+
+Danger comes first: host steps whose delete drains, uninstalls or wipes, replacements of stateful
+releases and storage classes, removed Ceph storage hosts (with their devices), and RKE2 or CNI restarts
+across many nodes. A protected resource that would be replaced or deleted is an error, worded as
+Pulumi words it, with the runbook step that does the change safely.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import shlex
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+SECRET = "[secret]"
+_ABSENT = object()
+
+# Input paths whose change makes the provider replace the resource rather than update it, by type.
+# Sources (checked by tests/test_diff.py where the installed packages state it):
+# - every Kubernetes object: `.metadata.name`, `.metadata.namespace`; StorageClass also `.parameters`,
+#   `.provisioner` (pulumi-kubernetes provider/pkg/provider/forcenew.go, `forceNew`).
+# - helm.sh/v3 Release: `name`, `namespace` (pulumi-kubernetes provider/pkg/provider/helm_release.go,
+#   Diff: `forceNewFields := []string{".name", ".namespace"}`; DeleteBeforeReplace false).
+# - command:remote:Command: `triggers` (the pulumi_command SDK itself registers every Command with
+#   `replace_on_changes=["triggers[*]"]`, pulumi_command/remote/command.py; so it is in the plan too).
+# - random:index/randomPassword:RandomPassword: every input (terraform-provider-random marks each
+#   attribute RequiresReplace; pulumi_random/random_password.py: `keepers` "trigger recreation").
+K8S_OBJECT = ("metadata.name", "metadata.namespace")
+REPLACE_ON: dict[str, tuple[str, ...]] = {
+    "kubernetes:helm.sh/v3:Release": ("name", "namespace"),
+    "kubernetes:storage.k8s.io/v1:StorageClass": (*K8S_OBJECT, "parameters", "provisioner"),
+    "command:remote:Command": ("triggers",),
+    "random:index/randomPassword:RandomPassword": ("",),
+}
+
+# What a host step's delete does on the host, by its delete script (components/scripts/).
+DELETE_EFFECTS = {
+    "node-remove.sh": "cordon + drain (PodDisruptionBudgets honoured) + delete the Node object",
+    "rke2-uninstall.sh": "uninstall RKE2: removes /var/lib/rancher/rke2 (etcd data, images), /etc/rancher, CNI files",
+}
+# Releases whose replacement or removal loses data or takes the platform down.
+STATEFUL_CHARTS = {
+    "rook-ceph-cluster": "the Ceph cluster (tier-2 data)",
+    "rook-ceph": "the Ceph operator and CSI (every tier-2 volume's driver)",
+    "minio": "MinIO (tier-3 object data)",
+    "cilium": "the CNI (pod networking on every node)",
+    "tigera-operator": "the CNI (pod networking on every node)",
+}
+# The runbook step that does a refused change safely, by resource name suffix.
+SAFE_STEPS = {
+    "-cni": "switching the CNI means rebuilding the cluster: tear it down per docs/runbook.md §8 "
+    "(`pulumi state unprotect` the CNI release first), then bring it up with the new `network.cni`",
+}
+DEFAULT_SAFE_STEP = "`pulumi state unprotect URN` after checking docs/runbook.md for the resource, then `pulumi up`"
+
+
+@dataclass
+class Change:
+    path: str
+    old: Any
+    new: Any
+
+
+@dataclass
+class Entry:
+    urn: str
+    name: str
+    type: str
+    action: str  # create / update / replace / delete-before-replace / delete
+    component: str
+    host: Optional[str]
+    changes: list[Change] = field(default_factory=list)
+    replace_because: list[str] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    project: str
+    stack: str
+    entries: list[Entry]
+    outputs: list[Change]
+    danger: list[str]
+    errors: list[str]
+
+    def counts(self) -> Counter[str]:
+        return Counter(e.action for e in self.entries)
+
+
+# ---------------------------------------------------------------------------------------------
+# Values
+# ---------------------------------------------------------------------------------------------
+
+
+def value_changes(old: Any, new: Any, path: str) -> list[Change]:
+    """Every leaf that differs, by path; list items matched by `name` where every item has one."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [c for k in sorted(old.keys() | new.keys()) for c in _sub(old, new, k, f"{path}.{k}")]
+    if isinstance(old, list) and isinstance(new, list):
+        keyed_old, keyed_new = _by_name(old), _by_name(new)
+        if keyed_old is not None and keyed_new is not None:
+            return [
+                c
+                for k in [*keyed_old, *(k for k in keyed_new if k not in keyed_old)]
+                for c in _sub(keyed_old, keyed_new, k, f"{path}[name={k}]")
+            ]
+        if len(old) == len(new):
+            return [c for i in range(len(old)) for c in value_changes(old[i], new[i], f"{path}[{i}]")]
+    return [] if old == new else [Change(path, old, new)]
+
+
+def _sub(old: dict, new: dict, key: str, path: str) -> list[Change]:
+    return value_changes(old.get(key, _ABSENT), new.get(key, _ABSENT), path)
+
+
+def _by_name(items: list) -> Optional[dict[str, Any]]:
+    names = [i.get("name") if isinstance(i, dict) else None for i in items]
+    if not items or not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
+        return None
+    return dict(zip(names, items, strict=True))
+
+
+def show(value: Any) -> str:
+    if value is _ABSENT:
+        return "(absent)"
+    return value if value == SECRET else json.dumps(value, sort_keys=True)
+
+
+def render_change(change: Change) -> list[str]:
+    """One change as lines: `path: old -> new`, or a line diff for multi-line strings and commands."""
+    old, new = change.old, change.new
+    if isinstance(old, str) and isinstance(new, str) and SECRET not in (old, new) and _multiline(old, new):
+        diff = difflib.unified_diff(_lines(old), _lines(new), lineterm="", n=1)
+        return [f"{change.path}:", *(f"    {line}" for line in list(diff)[2:])]
+    if old == SECRET and new == SECRET:
+        return [f"{change.path}: [secret] -> [secret] (changed; value not shown)"]
+    if change.path == "dependencies" and isinstance(old, list) and isinstance(new, list):
+        gone, added = sorted(set(old) - set(new)), sorted(set(new) - set(old))
+        return [f"dependencies: {' '.join([*(f'-{_short(u)}' for u in gone), *(f'+{_short(u)}' for u in added)])}"]
+    shown_old, shown_new = show(old), show(new)
+    if len(shown_old) + len(shown_new) > 120:
+        return [f"{change.path}:", f"    - {shown_old}", f"    + {shown_new}"]
+    return [f"{change.path}: {shown_old} -> {shown_new}"]
+
+
+def _short(urn: str) -> str:
+    return urn.rsplit("::", 1)[-1]
+
+
+def _multiline(old: str, new: str) -> bool:
+    return "\n" in old or "\n" in new or " bash -c " in old or " bash -c " in new
+
+
+def _lines(text: str) -> list[str]:
+    """A command's `env` assignments one per line (so a changed parameter is its own line), then the rest."""
+    head, sep, rest = text.partition(" bash -c ")
+    if sep:
+        try:
+            return [line for token in shlex.split(head) for line in token.splitlines()] + (sep + rest).splitlines()
+        except ValueError:  # not shell syntax after all: plain lines
+            pass
+    return text.splitlines()
+
+
+def command_env(command: Any) -> dict[str, str]:
+    """The `NAME=value` parameters a host step's command passes to its script (components/remote.py)."""
+    if not isinstance(command, str) or " bash -c " not in command:
+        return {}
+    try:
+        tokens = shlex.split(command.partition(" bash -c ")[0])
+    except ValueError:
+        return {}
+    return dict(t.split("=", 1) for t in tokens if "=" in t and not t.startswith("-"))
+
+
+def command_script(command: Any) -> Optional[str]:
+    """The script a host step's command runs (its last word, `$0` of `bash -c`)."""
+    if not isinstance(command, str) or " bash -c " not in command:
+        return None
+    try:
+        return shlex.split(command)[-1]
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Classification
+# ---------------------------------------------------------------------------------------------
+
+
+def replace_paths(resource: dict[str, Any]) -> tuple[str, ...]:
+    """Input paths (without `inputs.`) whose change replaces `resource`: provider rules + replaceOnChanges."""
+    type_ = resource["type"]
+    provider = REPLACE_ON.get(
+        type_, K8S_OBJECT if type_.startswith("kubernetes:") and ":providers:" not in type_ else ()
+    )
+    if type_.startswith("pulumi:providers:"):
+        provider = ()
+    own = tuple(p.replace("[*]", "") for p in (resource.get("options") or {}).get("replaceOnChanges", []))
+    return tuple(dict.fromkeys((*provider, *own)))
+
+
+def _matches(path: str, prefixes: tuple[str, ...]) -> list[str]:
+    bare = path.removeprefix("inputs.")
+    return [p for p in prefixes if p == "" or bare == p or bare.startswith((f"{p}.", f"{p}["))]
+
+
+def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
+    changes = value_changes(old["inputs"], new["inputs"], "inputs")
+    changes += _changed_secrets(old, new, changes)
+    ignored = tuple((new.get("options") or {}).get("ignoreChanges", []))
+    changes = [c for c in changes if not _matches(c.path, ignored)]
+    for key in ("parent", "provider", "dependencies"):
+        if old.get(key) != new.get(key):
+            changes.append(Change(key, old.get(key), new.get(key)))
+    return _dedupe_update(changes)
+
+
+def _changed_secrets(old: dict, new: dict, seen: list[Change]) -> list[Change]:
+    """Secrets that are `[secret]` on both sides but whose digests differ: changed, value hidden."""
+    before, after = old.get("secretDigests") or {}, new.get("secretDigests") or {}
+    paths = {c.path for c in seen}
+    return [
+        Change(path, SECRET, SECRET)
+        for path in sorted(before.keys() & after.keys())
+        if before[path] != after[path] and path not in paths
+    ]
+
+
+def _dedupe_update(changes: list[Change]) -> list[Change]:
+    """A host step's `update` is its `create` (components/remote.py): show the change once."""
+    create = next((c for c in changes if c.path == "inputs.create"), None)
+    update = next((c for c in changes if c.path == "inputs.update"), None)
+    if create and update and (create.old, create.new) == (update.old, update.new):
+        changes = [c for c in changes if c is not update]
+        create.path = "inputs.create (and inputs.update, the same command)"
+    return changes
+
+
+def classify(old: Optional[dict], new: Optional[dict], component: str) -> Optional[Entry]:
+    resource = new or old
+    assert resource is not None
+    host = _host(resource)
+    options = (new or old).get("options") or {}
+    if old is None:
+        return Entry(resource["urn"], resource["name"], resource["type"], "create", component, host, options=options)
+    if new is None:
+        return Entry(resource["urn"], resource["name"], resource["type"], "delete", component, host, options=options)
+    changes = _changes(old, new)
+    if not changes:
+        return None
+    prefixes = replace_paths(new)
+    because = sorted({c.path.split(" (")[0] for c in changes if _matches(c.path.split(" (")[0], prefixes)})
+    action = "update"
+    if because:
+        action = "delete-before-replace" if options.get("deleteBeforeReplace") else "replace"
+    entry = Entry(new["urn"], new["name"], new["type"], action, component, host, changes, because, options)
+    entry.options["protectedBefore"] = bool((old.get("options") or {}).get("protect"))
+    return entry
+
+
+def _host(resource: dict[str, Any]) -> Optional[str]:
+    if resource["type"] != "command:remote:Command":
+        return None
+    return command_env(resource["inputs"].get("create")).get("NODE_NAME")
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole diff
+# ---------------------------------------------------------------------------------------------
+
+
+def compare(old: dict[str, Any], new: dict[str, Any]) -> Result:
+    before = {r["urn"]: r for r in old["resources"]}
+    after = {r["urn"]: r for r in new["resources"]}
+    entries = []
+    for urn in sorted(before.keys() | after.keys()):
+        owner = _component(urn, after if urn in after else before)
+        entry = classify(before.get(urn), after.get(urn), owner)
+        if entry is not None:
+            entries.append(entry)
+    outputs = [
+        Change(name, old["outputs"].get(name, _ABSENT), new["outputs"].get(name, _ABSENT))
+        for name in sorted(old["outputs"].keys() | new["outputs"].keys())
+        if old["outputs"].get(name, _ABSENT) != new["outputs"].get(name, _ABSENT)
+    ]
+    result = Result(new.get("project", ""), new.get("stack", ""), entries, outputs, [], [])
+    result.danger = danger(entries, before, after)
+    result.errors = [e for entry in entries for e in refusal(entry, before.get(entry.urn))]
+    return result
+
+
+def _component(urn: str, resources: dict[str, dict]) -> str:
+    """The top-level ml-platform component that holds `urn` ("stack" for resources outside them)."""
+    owner, current = "stack", resources.get(urn)
+    while current is not None:
+        if current["type"].startswith("mlplatform:"):
+            owner = current["name"]
+        current = resources.get(current["parent"]) if current.get("parent") else None
+    return owner
+
+
+def refusal(entry: Entry, old: Optional[dict]) -> list[str]:
+    """Pulumi's own error for a protected resource that would be replaced or deleted, and the safe way."""
+    protected = bool(((old or {}).get("options") or {}).get("protect"))
+    if not protected or entry.action in ("create", "update"):
+        return []
+    urn = entry.urn
+    if entry.action == "delete":
+        message = (
+            f'unable to delete resource "{urn}"\nas it is currently marked for protection. To unprotect the '
+            "resource, either remove the `protect` flag from the resource in your Pulumi program and run "
+            f"`pulumi up` or use the command:\n`pulumi state unprotect '{urn}'`"
+        )
+    else:
+        if not entry.options.get("protect"):
+            return []  # unprotecting and replacing in one update is allowed (the engine checks both)
+        message = (
+            f'unable to replace resource "{urn}"\nas it is currently marked for protection. To unprotect the '
+            "resource, remove the `protect` flag from the resource in your Pulumi program and run `pulumi up`"
+        )
+    safe = next((step for suffix, step in SAFE_STEPS.items() if entry.name.endswith(suffix)), DEFAULT_SAFE_STEP)
+    why = f" (changes {', '.join(entry.replace_because)})" if entry.replace_because else ""
+    return [f"error: {message}\n{entry.name}{why}: {safe}"]
+
+
+def danger(entries: list[Entry], before: dict[str, dict], after: dict[str, dict]) -> list[str]:
+    found: list[str] = []
+    for entry in entries:
+        found += _host_step_danger(entry, before.get(entry.urn))
+        found += _release_danger(entry, before.get(entry.urn) or after.get(entry.urn))
+    found += _restart_danger(entries, after)
+    return found
+
+
+def _host_step_danger(entry: Entry, old: Optional[dict]) -> list[str]:
+    if (
+        old is None
+        or entry.type != "command:remote:Command"
+        or entry.action not in ("delete", "delete-before-replace", "replace")
+    ):
+        return []
+    verb = "removed" if entry.action == "delete" else "replaced (its delete runs first)"
+    out = []
+    script = command_script(old["inputs"].get("delete"))
+    if script:
+        effect = DELETE_EFFECTS.get(script, f"runs {script}")
+        params = command_env(old["inputs"].get("delete"))
+        if params.get("DRAIN") == "false":
+            effect = effect.replace(
+                "cordon + drain (PodDisruptionBudgets honoured) + ", "no drain (drainOnRemove: false); "
+            )
+        out.append(f"{entry.name} [host {entry.host or '?'}] {verb}: {script}: {effect}")
+    create = command_env(old["inputs"].get("create"))
+    if command_script(old["inputs"].get("create")) == "ceph-osd-devices.sh" and entry.action == "delete":
+        out.append(
+            f"{entry.name}: Ceph storage host {create.get('NODE_NAME', '?')} removed with its OSD devices "
+            f"{create.get('DEVICES', '?')}: take its OSDs out and let Ceph re-replicate first (docs/runbook.md §3)"
+        )
+    return out
+
+
+def _release_danger(entry: Entry, resource: Optional[dict]) -> list[str]:
+    if resource is None or entry.action in ("create", "update"):
+        return []
+    if entry.type == "kubernetes:helm.sh/v3:Release":
+        what = STATEFUL_CHARTS.get(str(resource["inputs"].get("chart")))
+        if what:
+            return [f"{entry.name}: Helm release of {what} would be {_verb(entry)}"]
+    if entry.type == "kubernetes:storage.k8s.io/v1:StorageClass":
+        return [f"{entry.name}: StorageClass would be {_verb(entry)}: claims that name it cannot provision meanwhile"]
+    return []
+
+
+def _verb(entry: Entry) -> str:
+    return {"delete": "deleted (uninstalled)", "replace": "replaced (a new one is created, then the old deleted)"}.get(
+        entry.action, "deleted, then created again"
+    )
+
+
+def _restart_danger(entries: list[Entry], after: dict[str, dict]) -> list[str]:
+    rke2 = [
+        e for e in entries if e.name.endswith("-rke2") and e.action != "create" and e.type == "command:remote:Command"
+    ]
+    rke2 = [e for e in rke2 if e.action != "delete"]
+    nodes = sum(1 for r in after.values() if r["name"].endswith("-rke2") and r["type"] == "command:remote:Command")
+    out = []
+    if rke2:
+        versions = _versions(rke2)
+        out.append(
+            f"RKE2 re-installed and restarted on {len(rke2)} nodes{versions}: servers one after another, "
+            "agents all at once (their workloads restart with the kubelet)"
+        )
+    cni = [e for e in entries if e.name.endswith("-cni") and e.action == "update"]
+    if cni:
+        out.append(f"{cni[0].name}: the CNI release changes: its agent pods roll on all {nodes} nodes")
+    return out
+
+
+def _versions(entries: list[Entry]) -> str:
+    olds = {command_env(c.old).get("RKE2_VERSION") for e in entries for c in e.changes if "create" in c.path}
+    news = {command_env(c.new).get("RKE2_VERSION") for e in entries for c in e.changes if "create" in c.path}
+    if olds == news or None in olds | news:
+        return ""
+    return f" (RKE2 {', '.join(sorted(olds))} -> {', '.join(sorted(news))})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------------------------
+
+SIGNS = {"create": "+", "update": "~", "replace": "+-", "delete-before-replace": "-+", "delete": "-"}
+ORDER = ("create", "update", "replace", "delete-before-replace", "delete")
+
+
+def headline(result: Result) -> str:
+    counts = result.counts()
+    parts = [f"{counts.get(a, 0)} to {a}" for a in ORDER]
+    return f"{', '.join(parts)}; {len(result.outputs)} outputs changed"
+
+
+def entry_lines(entry: Entry) -> list[str]:
+    notes = []
+    if entry.host:
+        notes.append(f"host {entry.host}")
+    if entry.replace_because:
+        notes.append(f"replaces because of {', '.join(p.removeprefix('inputs.') for p in entry.replace_because)}")
+    if entry.options.get("protect"):
+        notes.append("protected")
+    if entry.action == "delete" and entry.options.get("retainOnDelete"):
+        notes.append("retainOnDelete: left in place, only dropped from the state")
+    note = f"  ({'; '.join(notes)})" if notes else ""
+    lines = [f"{SIGNS[entry.action]} {entry.action} {entry.name} [{entry.type}]{note}"]
+    for change in entry.changes:
+        lines += [f"    {line}" for line in render_change(change)]
+    return lines
+
+
+def output_lines(result: Result) -> list[str]:
+    return [f"~ output {c.path}: {show(c.old)} -> {show(c.new)}" for c in result.outputs]
+
+
+def by_component(result: Result) -> dict[str, list[Entry]]:
+    groups: dict[str, list[Entry]] = {}
+    for entry in result.entries:
+        groups.setdefault(entry.component, []).append(entry)
+    return groups
+
+
+def _tally(entries: list[Entry]) -> str:
+    counts = Counter(e.action for e in entries)
+    return ", ".join(f"{counts[a]} {a}" for a in ORDER if counts.get(a))
+
+
+def by_host(result: Result) -> dict[str, list[Entry]]:
+    groups: dict[str, list[Entry]] = {}
+    for entry in result.entries:
+        if entry.host:
+            groups.setdefault(entry.host, []).append(entry)
+    return dict(sorted(groups.items()))
+
+
+def render_text(result: Result) -> str:
+    lines = [f"Offline preview diff of {result.project}/{result.stack}: {headline(result)}"]
+    if result.errors:
+        lines += ["", "ERRORS: the preview would fail (the same as `pulumi preview`):"]
+        lines += [f"  {line}" for error in result.errors for line in error.splitlines()]
+    if result.danger:
+        lines += ["", "DANGER: steps that destroy or disrupt:"]
+        lines += [f"  ! {d}" for d in result.danger]
+    groups = by_component(result)
+    if groups:
+        lines += ["", "By component:"] + [f"  {name}: {_tally(entries)}" for name, entries in groups.items()]
+    hosts = by_host(result)
+    if hosts:
+        same: dict[str, list[str]] = {}
+        for host, entries in hosts.items():
+            same.setdefault(_tally(entries), []).append(host)
+        lines += ["", f"By host ({len(hosts)} hosts):"]
+        lines += [f"  {tally}: {', '.join(names)} ({len(names)})" for tally, names in same.items()]
+    for name, entries in groups.items():
+        lines += ["", f"{name}:"] + [line for e in entries for line in entry_lines(e)]
+    if result.outputs:
+        lines += ["", "Outputs:"] + [f"  {line}" for line in output_lines(result)]
+    return "\n".join(lines)
+
+
+def render_markdown(result: Result, max_lines: int = 300) -> str:
+    lines = [f"**{result.project}/{result.stack}**: {headline(result)}"]
+    if result.errors:
+        lines += ["", "> [!CAUTION]", "> **The preview fails**: a protected resource would be replaced or deleted.", ""]
+        lines += ["```", *[line for error in result.errors for line in error.splitlines()], "```"]
+    if result.danger:
+        lines += ["", "**Danger: steps that destroy or disrupt**", ""] + [f"- :warning: {d}" for d in result.danger]
+    groups, hosts = by_component(result), by_host(result)
+    if groups:
+        lines += ["", "| component | changes |", "|---|---|"] + [f"| {n} | {_tally(e)} |" for n, e in groups.items()]
+    if hosts:
+        lines += ["", f"<details><summary>by host ({len(hosts)} hosts)</summary>", ""]
+        lines += ["| host | changes |", "|---|---|"] + [f"| {h} | {_tally(e)} |" for h, e in hosts.items()]
+        lines += ["", "</details>"]
+    budget = max_lines
+    for name, entries in groups.items():
+        body = [line for e in entries for line in entry_lines(e)]
+        shown, budget = body[: max(budget, 0)], budget - len(body)
+        lines += ["", f"<details><summary>{name}: {_tally(entries)}</summary>", "", "```diff", *shown, "```"]
+        if len(shown) < len(body):
+            lines.append(
+                f"{len(body) - len(shown)} more lines: see the plain-text diff in the `offline-plans` artifact."
+            )
+        lines.append("</details>")
+    if result.outputs:
+        lines += ["", "<details><summary>outputs</summary>", "", "```diff", *output_lines(result), "```", "</details>"]
+    return "\n".join(lines) + "\n"
