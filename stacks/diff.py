@@ -264,9 +264,7 @@ def classify(old: Optional[dict], new: Optional[dict], component: str) -> Option
     action = "update"
     if because:
         action = "delete-before-replace" if options.get("deleteBeforeReplace") else "replace"
-    entry = Entry(new["urn"], new["name"], new["type"], action, component, host, changes, because, options)
-    entry.options["protectedBefore"] = bool((old.get("options") or {}).get("protect"))
-    return entry
+    return Entry(new["urn"], new["name"], new["type"], action, component, host, changes, because, options)
 
 
 def _host(resource: dict[str, Any]) -> Optional[str]:
@@ -312,7 +310,9 @@ def _component(urn: str, resources: dict[str, dict]) -> str:
 
 def refusal(entry: Entry, old: Optional[dict]) -> list[str]:
     """Pulumi's own error for a protected resource that would be replaced or deleted, and the safe way."""
-    protected = bool(((old or {}).get("options") or {}).get("protect"))
+    # A base plan from before options were recorded: its protection is taken to be the head's.
+    recorded = (old or {}).get("options", entry.options)
+    protected = bool(recorded.get("protect"))
     if not protected or entry.action in ("create", "update"):
         return []
     urn = entry.urn

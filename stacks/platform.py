@@ -1,6 +1,6 @@
 """The stack level: compose the components in order and return the stack outputs.
 
-Order (DESIGN.md): hosts are prepared in parallel, the cluster is bootstrapped, its kubeconfig feeds
+Order (docs/design.md): hosts are prepared in parallel, the cluster is bootstrapped, its kubeconfig feeds
 the Kubernetes provider, the CNI makes nodes Ready, then operators and charts install in parallel
 where they are independent. Each component receives its slice of the settings and explicit
 dependencies; none reads the config itself.

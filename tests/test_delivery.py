@@ -21,7 +21,10 @@ from tests.conftest import ROOT
 WORKFLOWS = ROOT / ".github" / "workflows"
 STACK_SECRETS = ROOT / ".github" / "scripts" / "stack-secrets.sh"
 VENV_BIN = Path(sys.executable).parent
-DIFF_HEADLINE = re.compile(r"^\d+ to add, \d+ to remove, \d+ to change, \d+ outputs changed$")
+DIFF_HEADLINE = re.compile(
+    r"^Offline preview diff of ml-platform/\w+: \d+ to create, \d+ to update, \d+ to replace, "
+    r"\d+ to delete-before-replace, \d+ to delete; \d+ outputs changed$"
+)
 STACKS = sorted(p.name.split(".")[1] for p in ROOT.glob("Pulumi.*.yaml"))
 
 
@@ -61,7 +64,7 @@ def check_jsonschema(*files: Path) -> subprocess.CompletedProcess[str]:
 
 def test_workflows_pass_the_linter():
     files = sorted(WORKFLOWS.glob("*.yml"))
-    assert {f.name for f in files} >= {"preview.yml", "up.yml"}
+    assert {f.name for f in files} >= {"preview.yml", "up.yml", "preview-comment.yml"}
     result = check_jsonschema(*files)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -74,6 +77,29 @@ def test_the_linter_catches_a_broken_workflow(tmp_path):
     result = check_jsonschema(path)
     assert result.returncode != 0
     assert "nmae" in result.stdout
+
+
+def run_actionlint(*files: Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    tool = VENV_BIN / "actionlint"
+    if not tool.exists():
+        pytest.fail(f"{tool} is missing: `make test` installs it from requirements-dev.lock")
+    args = [str(tool), "-shellcheck", str(VENV_BIN / "shellcheck"), *map(str, files)]
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_workflows_pass_actionlint():
+    result = run_actionlint(*sorted(WORKFLOWS.glob("*.yml")))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_actionlint_needs_the_runner_labels_declared(tmp_path):
+    # Without .github/actionlint.yaml the self-hosted runner's label is unknown to actionlint.
+    bare = tmp_path / "repo"
+    shutil.copytree(WORKFLOWS, bare / ".github" / "workflows")
+    result = run_actionlint(*sorted((bare / ".github" / "workflows").glob("*.yml")), cwd=bare)
+    assert result.returncode != 0 and 'label "ml-platform-site" is unknown' in result.stdout
+    labels = yaml.safe_load((ROOT / ".github" / "actionlint.yaml").read_text())["self-hosted-runner"]["labels"]
+    assert labels == ["ml-platform-site"]
 
 
 # --- preview.yml -------------------------------------------------------------------------------------
@@ -140,7 +166,7 @@ def test_actions_are_pinned_to_a_major_version(name):
     assert {s["with"]["pulumi-version"] for s in pulumi_steps} == {"^3.272.0"}
 
 
-@pytest.mark.parametrize("name", ["preview.yml", "up.yml"])
+@pytest.mark.parametrize("name", ["preview.yml", "up.yml", "preview-comment.yml"])
 def test_secrets_never_reach_a_command_line(name):
     # `${{ secrets.X }}` inside `run:` is pasted into the script text (and the runner's process list);
     # secrets go into `env:` and scripts read them from the environment.
@@ -244,15 +270,15 @@ def git_commits() -> list[str]:
 def assert_diff_text(text: str, base: dict, head: dict) -> None:
     lines = text.rstrip("\n").splitlines()
     assert DIFF_HEADLINE.match(lines[0]), lines[0]
-    added = {r["urn"] for r in head["resources"]} - {r["urn"] for r in base["resources"]}
-    removed = {r["urn"] for r in base["resources"]} - {r["urn"] for r in head["resources"]}
-    assert lines[0].startswith(f"{len(added)} to add, {len(removed)} to remove, ")
-    resources = [line for line in lines if not line[2:].startswith("output ")]
-    assert {line[2:] for line in resources if line.startswith("+ ")} == added
-    assert {line[2:] for line in resources if line.startswith("- ")} == removed
+    before, after = ({r["urn"]: r for r in plan["resources"]} for plan in (base, head))
+    added = {after[u]["name"] for u in after.keys() - before.keys()}
+    removed = {before[u]["name"] for u in before.keys() - after.keys()}
+    assert f": {len(added)} to create, " in lines[0] and f", {len(removed)} to delete;" in lines[0]
+    assert {line.split()[2] for line in lines if line.startswith("+ create ")} == added
+    assert {line.split()[2] for line in lines if line.startswith("- delete ")} == removed
     new_outputs = head["outputs"].keys() - base["outputs"].keys()
-    assert {line[9:] for line in lines if line.startswith("+ output ")} == new_outputs
-    assert all(re.match(r"^([-+~] |    )", line) for line in lines[1:]), "unexpected line in the diff"
+    shown = {line.split()[2].rstrip(":") for line in lines if line.startswith("  ~ output ")}
+    assert new_outputs <= shown
 
 
 def test_offline_diff_step_works_on_two_real_commits(tmp_path):
@@ -302,7 +328,8 @@ def test_review_command_reports_every_stack(tmp_path):
     assert summary.read_text() == "earlier step\n" + report, "the job summary is appended to, not replaced"
     headline = (out / "diff-lab.txt").read_text().splitlines()[0]
     assert DIFF_HEADLINE.match(headline)
-    assert f"### `lab`: {headline}" in report
+    assert f"### `lab`: {headline.split(': ', 1)[1]}" in report
+    assert (out / "diff-lab.md").read_text().splitlines()[0].startswith("**ml-platform/lab**: ")
     assert json.loads((out / "plan-lab-head.json").read_text())["stack"] == "lab"
 
 
@@ -323,7 +350,7 @@ def test_a_stack_new_in_the_change_is_compared_with_an_empty_plan(exported_head,
     result = review.review_stack("lab", base, exported_head, tmp_path)
     assert result.ok and "the stack is new" in result.note
     head = json.loads((tmp_path / "plan-lab-head.json").read_text())
-    assert result.summary.startswith(f"{len(head['resources'])} to add, 0 to remove, 0 to change")
+    assert result.summary.startswith(f"{len(head['resources'])} to create, 0 to update, 0 to replace")
 
 
 def test_a_base_without_the_planner_gets_no_diff_but_no_failure(exported_head, tmp_path):

@@ -48,7 +48,17 @@ def test_plan_json_is_deterministic(tmp_path):
     urns = [r["urn"] for r in doc["resources"]]
     assert urns == sorted(urns)
     for resource in doc["resources"]:
-        assert set(resource) == {"urn", "type", "name", "custom", "parent", "provider", "dependencies", "inputs"}
+        assert set(resource) == {
+            *("urn", "type", "name", "custom", "parent", "provider", "dependencies", "inputs"),
+            *("options", "secretDigests"),
+        }
+        assert set(resource["options"]) == {
+            "protect",
+            "deleteBeforeReplace",
+            "replaceOnChanges",
+            "retainOnDelete",
+            "ignoreChanges",
+        }
 
 
 def test_plan_masks_secrets_and_unknowns(prod_plan):
@@ -70,7 +80,7 @@ def test_config_file_option_checks_an_edited_config(tmp_path, capsys):
     assert "lab-cpu-4-rke2" in names
 
 
-def test_diff_lists_added_removed_and_changed(tmp_path, capsys):
+def test_diff_lists_created_deleted_and_updated_with_values(tmp_path, capsys):
     old = evaluate("lab")
 
     def mutate(raw):
@@ -84,23 +94,42 @@ def test_diff_lists_added_removed_and_changed(tmp_path, capsys):
     old_file, new_file = tmp_path / "old.json", tmp_path / "new.json"
     old_file.write_text(old.to_json())
     new_file.write_text(new.to_json())
-    result = plan_cli.diff(json.loads(old_file.read_text()), json.loads(new_file.read_text()))
-    assert any(u.endswith("::lab-cpu-9-rke2") for u in result["added"])
-    assert any(u.endswith("::lab-cpu-3-rke2") for u in result["removed"])
-    assert result["outputs"] == {}
-    server = next(u for u in result["changed"] if u.endswith("::lab-server-rke2"))
-    assert "inputs.create" in result["changed"][server]
     assert plan_cli.main(["--diff", str(old_file), str(new_file)]) == 0
     printed = capsys.readouterr().out
-    assert "+ urn:" in printed and "- urn:" in printed and "~ urn:" in printed
+    assert "+ create lab-cpu-9-rke2 [command:remote:Command]" in printed
+    assert "- delete lab-cpu-3-rke2 [command:remote:Command]" in printed
+    server = printed[printed.index("~ update lab-server-rke2") :]
+    assert "etcd-snapshot-retention: 14" in server.split("\n~ ")[0], "the changed value is shown"
 
 
-def test_diff_marks_added_and_removed_outputs():
-    old = {"resources": [], "outputs": {"a": 1, "b": 2}}
-    new = {"resources": [], "outputs": {"b": 3, "c": 4}}
-    result = plan_cli.diff(old, new)
-    assert result["outputs"] == {"a": "removed", "b": "changed", "c": "added"}
-    assert plan_cli.render_diff(result).splitlines()[1:] == ["- output a", "~ output b", "+ output c"]
+def test_diff_shows_output_values_old_and_new(tmp_path, capsys):
+    old = {"project": "p", "stack": "s", "resources": [], "outputs": {"a": 1, "b": 2}}
+    new = {"project": "p", "stack": "s", "resources": [], "outputs": {"b": 3, "c": 4}}
+    files = [tmp_path / "old.json", tmp_path / "new.json"]
+    for path, doc in zip(files, (old, new), strict=True):
+        path.write_text(json.dumps(doc))
+    assert plan_cli.main(["--diff", *map(str, files)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-4:] == [
+        "Outputs:",
+        "  ~ output a: 1 -> (absent)",
+        "  ~ output b: 2 -> 3",
+        "  ~ output c: (absent) -> 4",
+    ]
+
+
+def test_piping_into_head_exits_quietly():
+    # `head -1` closes the pipe after one line; the planner must not print a BrokenPipeError traceback.
+    proc = subprocess.run(
+        f"{sys.executable} -m stacks.plan prod | head -1",
+        shell=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.stdout.startswith("Offline preview of ml-platform/prod")
+    assert proc.stderr == "", proc.stderr
 
 
 def _run_cli(tmp_path: Path, mutate) -> tuple[subprocess.CompletedProcess, Path]:
@@ -125,7 +154,7 @@ def _node(config: dict, name: str) -> dict:
 def test_gpu_node_without_infiniband_exits_2(tmp_path):
     proc, out = _run_cli(tmp_path, lambda c: _node(c, "gpu-02").pop("infiniband"))
     assert proc.returncode == 2 and not out.exists()
-    assert "nodes[36].infiniband: GPU node 'gpu-02' has no InfiniBand settings" in proc.stderr
+    assert "nodes[36] (gpu-02).infiniband: GPU node 'gpu-02' has no InfiniBand settings" in proc.stderr
 
 
 def test_two_control_plane_servers_exit_2(tmp_path):
@@ -137,13 +166,13 @@ def test_two_control_plane_servers_exit_2(tmp_path):
 def test_duplicated_address_exits_2(tmp_path):
     proc, out = _run_cli(tmp_path, lambda c: _node(c, "cpu-09").update({"address": "10.20.1.11"}))
     assert proc.returncode == 2 and not out.exists()
-    assert "nodes[8].address: '10.20.1.11' is used by more than one host" in proc.stderr
+    assert "nodes[8] (cpu-09).address: '10.20.1.11' is used by more than one host" in proc.stderr
 
 
 def test_misspelled_key_exits_2(tmp_path):
     proc, out = _run_cli(tmp_path, lambda c: _node(c, "cpu-01").update({"controlplane": True}))
     assert proc.returncode == 2 and not out.exists()
-    assert "nodes[0].controlplane: unknown key (did you mean 'controlPlane'?)" in proc.stderr
+    assert "nodes[0] (cpu-01).controlplane: unknown key (did you mean 'controlPlane'?)" in proc.stderr
 
 
 def test_invalid_settings_register_nothing():
@@ -190,3 +219,21 @@ def test_evaluate_stack_reads_secure_values_as_secrets(tmp_path):
     assert rke2["inputs"]["stdin"] == "[secret]"
     generated = [r["name"] for r in plan.by_type("random:index/randomPassword:RandomPassword")]
     assert "rke2-token" not in generated
+
+
+def test_every_settings_problem_at_once(tmp_path):
+    def three_mistakes(config):
+        _node(config, "gpu-15")["adress"] = "10.20.2.25"  # an unknown key (a typo)
+        _node(config, "cpu-09")["address"] = "10.20.1.11"  # cpu-01's address
+        _node(config, "gpu-02").pop("infiniband")
+
+    proc, out = _run_cli(tmp_path, three_mistakes)
+    assert proc.returncode == 2 and not out.exists()
+    problems = [line.strip() for line in proc.stderr.splitlines()[1:]]
+    assert problems == [
+        "nodes[0] (cpu-01).address: '10.20.1.11' is used by more than one host; addresses must be unique",
+        "nodes[8] (cpu-09).address: '10.20.1.11' is used by more than one host; addresses must be unique",
+        "nodes[36] (gpu-02).infiniband: GPU node 'gpu-02' has no InfiniBand settings; add interface and address",
+        "nodes[49] (gpu-15).adress: unknown key (did you mean 'address'?); valid keys here: address, controlPlane, "
+        "gpu, hostKey, infiniband, labels, name, nvme, osdDevices, role",
+    ]

@@ -1,0 +1,256 @@
+"""The offline diff (`stacks.diff`, `python -m stacks.plan --diff`): a base and a changed configuration of
+the real program, and what a reviewer reads: values, replace/delete semantics, danger first, refusals."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pulumi_command
+import pulumi_random
+import pytest
+import yaml
+
+from stacks import diff, engine
+from stacks.plan import REFUSED
+from tests.conftest import ROOT, evaluate, node_index, stack_doc
+
+
+@pytest.fixture(scope="module")
+def prod_base() -> dict:
+    return json.loads(evaluate("prod").to_json())
+
+
+def changed(mutate, stack: str = "prod") -> dict:
+    return json.loads(evaluate(stack, mutate).to_json())
+
+
+def write(tmp_path: Path, **plans: dict) -> list[str]:
+    paths = []
+    for name, plan in plans.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(plan))
+        paths.append(str(path))
+    return paths
+
+
+def planner_diff(tmp_path: Path, base: dict, head: dict, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stacks.plan", "--diff", *write(tmp_path, base=base, head=head), *extra],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def section(text: str, title: str) -> list[str]:
+    """The lines of one section of the text diff (`DANGER: ...` up to the next blank line)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return lines[start + 1 : end]
+
+
+def test_rke2_version_bump_shows_the_versions_and_how_many_nodes_restart(prod_base, tmp_path):
+    old = stack_doc("prod")["cluster"]["rke2Version"]
+    new = "v1.35.8+rke2r1"
+    assert old != new
+    head = changed(lambda raw: raw["cluster"].update({"rke2Version": new}))
+    result = diff.compare(prod_base, head)
+    assert result.counts() == {"update": 50}, "an upgrade updates each node's RKE2 step in place, no replacement"
+    text = diff.render_text(result)
+    assert section(text, "DANGER") == [
+        f"  ! RKE2 re-installed and restarted on 50 nodes (RKE2 {old} -> {new}): servers one after another, "
+        "agents all at once (their workloads restart with the kubelet)"
+    ]
+    entry = text[text.index("~ update gpu-07-rke2 ") :].split("\n~ ")[0]
+    assert f"-RKE2_VERSION={old}" in entry and f"+RKE2_VERSION={new}" in entry
+    assert "(host gpu-07)" in entry
+    assert "By host (50 hosts):\n  1 update: cpu-01, cpu-02," in text
+
+
+def test_cni_switch_is_refused_naming_the_protected_release(prod_base, tmp_path):
+    head = changed(lambda raw: raw["network"].update({"cni": "calico"}))
+    proc = planner_diff(tmp_path, prod_base, head)
+    assert proc.returncode == REFUSED, proc.stderr
+    urn = next(r["urn"] for r in head["resources"] if r["name"] == "network-cni")
+    errors = section(proc.stdout, "ERRORS")
+    assert errors[:2] == [
+        f'  error: unable to replace resource "{urn}"',
+        "  as it is currently marked for protection. To unprotect the resource, remove the `protect` flag from "
+        "the resource in your Pulumi program and run `pulumi up`",
+    ]
+    assert errors[2].startswith("  network-cni (changes inputs.name, inputs.namespace): switching the CNI")
+    assert "docs/runbook.md §8" in errors[2]
+    assert '~ output cni: "cilium" -> "calico"' in proc.stdout, "an output change shows old -> new"
+    # The ERRORS section comes before everything else.
+    assert proc.stdout.splitlines()[2].startswith("ERRORS")
+
+
+def test_removing_an_agent_marks_its_drain_and_uninstall_destructive(prod_base):
+    head = changed(lambda raw: raw["nodes"].pop(node_index(raw, "cpu-20")))
+    result = diff.compare(prod_base, head)
+    assert {e.name: e.action for e in result.entries} == {
+        "cpu-20-membership": "delete",
+        "cpu-20-prepare": "delete",
+        "cpu-20-rke2": "delete",
+    }
+    assert result.danger == [
+        "cpu-20-membership [host cpu-20] removed: node-remove.sh: cordon + drain (PodDisruptionBudgets honoured) "
+        "+ delete the Node object",
+        "cpu-20-rke2 [host cpu-20] removed: rke2-uninstall.sh: uninstall RKE2: removes /var/lib/rancher/rke2 "
+        "(etcd data, images), /etc/rancher, CNI files",
+    ]
+    assert not result.errors
+    text = diff.render_text(result)
+    assert text.index("DANGER") < text.index("- delete cpu-20-rke2")
+
+
+def test_removing_a_storage_host_warns_with_its_devices(prod_base):
+    devices = [d["device"] for d in next(n for n in stack_doc("prod")["nodes"] if n["name"] == "cpu-04")["osdDevices"]]
+    assert len(devices) == 4
+    head = changed(lambda raw: raw["nodes"].pop(node_index(raw, "cpu-04")))
+    result = diff.compare(prod_base, head)
+    (ceph,) = [d for d in result.danger if "Ceph storage host" in d]
+    assert ceph.startswith(
+        f"cpu-04-ceph-disks: Ceph storage host cpu-04 removed with its OSD devices {' '.join(devices)}"
+    )
+    release = next(e for e in result.entries if e.name == "ceph-cluster")
+    assert release.action == "update"
+    assert any(c.path == "inputs.values.cephClusterSpec.storage.nodes[name=cpu-04]" for c in release.changes), (
+        "list items are matched by name, not by position"
+    )
+
+
+def secret_plan(key: str) -> dict:
+    """The lab plan with `key` as the SSH private key (a Pulumi secret)."""
+    raw = stack_doc("lab")
+    config = {f"ml-platform:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}
+    config["ml-platform:sshPrivateKey"] = key
+    return json.loads(engine.run("lab", config, ["ml-platform:sshPrivateKey"]).to_json())
+
+
+def test_a_changed_secret_is_reported_without_its_value(tmp_path):
+    base, head = secret_plan("first-private-key-AAAA"), secret_plan("second-private-key-BBBB")
+    proc = planner_diff(tmp_path, base, head)
+    assert proc.returncode == 0, proc.stderr
+    assert "inputs.connection: [secret] -> [secret] (changed; value not shown)" in proc.stdout
+    steps = len([r for r in head["resources"] if r["type"] == "command:remote:Command"])
+    assert f": 0 to create, {steps} to update," in proc.stdout.splitlines()[0]
+    for text in (proc.stdout, json.dumps(base), json.dumps(head)):
+        assert "AAAA" not in text and "BBBB" not in text
+
+
+def test_a_changed_secure_config_value_changes_the_offline_plan(tmp_path):
+    # Offline, secrets are placeholders: one derived from the `secure:` ciphertext, so a rotated secret shows.
+    doc = yaml.safe_load((ROOT / "Pulumi.lab.yaml").read_text())
+    files = []
+    for n, cipher in enumerate(("v1:AAAAcipher-one", "v1:BBBBcipher-two")):
+        doc["config"]["ml-platform:sshPrivateKey"] = {"secure": cipher}
+        files.append(tmp_path / f"{n}.yaml")
+        files[-1].write_text(yaml.safe_dump(doc))
+    base, head = (json.loads(engine.evaluate_stack("lab", f).to_json()) for f in files)
+    result = diff.compare(base, head)
+    assert result.entries and all(
+        [c.path for c in e.changes] == ["inputs.connection"] and e.action == "update" for e in result.entries
+    )
+    assert "cipher" not in json.dumps(head)
+
+
+def test_no_change_is_an_empty_diff(prod_base):
+    result = diff.compare(prod_base, prod_base)
+    assert (result.entries, result.outputs, result.danger, result.errors) == ([], [], [], [])
+
+
+def test_markdown_is_collapsible_per_component_with_counts(prod_base):
+    head = changed(lambda raw: raw["nodes"].pop(node_index(raw, "cpu-04")))
+    markdown = diff.render_markdown(diff.compare(prod_base, head))
+    assert markdown.startswith("**ml-platform/prod**: 0 to create, 1 to update, 0 to replace,")
+    assert "| cluster | 3 delete |" in markdown and "| ceph | 1 update, 1 delete |" in markdown
+    assert "<details><summary>by host (1 hosts)</summary>" in markdown and "| cpu-04 | 4 delete |" in markdown
+    assert "<details><summary>ceph: 1 update, 1 delete</summary>" in markdown
+    assert markdown.index("**Danger") < markdown.index("<details>")
+
+
+# --- the replace/update table against the providers' own statements --------------------------------------
+
+
+def test_command_replace_rule_is_the_sdks_own(prod_base):
+    # pulumi-command's SDK registers every Command with replaceOnChanges on its triggers.
+    source = Path(pulumi_command.__file__).parent / "remote" / "command.py"
+    assert 'replace_on_changes=["triggers[*]"]' in source.read_text()
+    assert diff.REPLACE_ON["command:remote:Command"] == ("triggers",)
+    commands = [r for r in prod_base["resources"] if r["type"] == "command:remote:Command"]
+    assert all("triggers[*]" in r["options"]["replaceOnChanges"] for r in commands)
+
+
+def test_random_password_replaces_on_any_input():
+    source = Path(pulumi_random.__file__).parent / "random_password.py"
+    assert "will trigger recreation of resource" in source.read_text()
+    assert diff.replace_paths({"type": "random:index/randomPassword:RandomPassword", "options": {}}) == ("",)
+
+
+@pytest.mark.parametrize(
+    ("type_", "path", "action"),
+    [
+        ("kubernetes:helm.sh/v3:Release", "name", "replace"),
+        ("kubernetes:helm.sh/v3:Release", "namespace", "replace"),
+        ("kubernetes:helm.sh/v3:Release", "values", "update"),
+        ("kubernetes:helm.sh/v3:Release", "version", "update"),
+        ("kubernetes:storage.k8s.io/v1:StorageClass", "parameters", "replace"),
+        ("kubernetes:storage.k8s.io/v1:StorageClass", "metadata", "replace"),
+        ("kubernetes:storage.k8s.io/v1:StorageClass", "reclaimPolicy", "update"),
+        ("kubernetes:core/v1:Namespace", "metadata", "replace"),
+        ("kubernetes:mellanox.com/v1alpha1:NicClusterPolicy", "spec", "update"),
+        ("command:remote:Command", "create", "update"),
+    ],
+)
+def test_classification(type_, path, action):
+    # metadata changes here are to metadata.name; StorageClass/Release rules: pulumi-kubernetes forcenew.go and
+    # helm_release.go (see stacks/diff.py).
+    value = {"name": "a"} if path == "metadata" else "a"
+    other = {"name": "b"} if path == "metadata" else "b"
+    options = {"replaceOnChanges": ["triggers[*]"] if type_.startswith("command:") else []}
+    old = {"urn": "u", "name": "n", "type": type_, "inputs": {path: value}, "options": options}
+    new = {**old, "inputs": {path: other}}
+    assert diff.classify(old, new, "c").action == action
+
+
+def test_delete_before_replace_and_retain_options():
+    base = {"urn": "u", "name": "n", "type": "command:remote:Command", "inputs": {"triggers": ["a"]}}
+    old = {**base, "options": {"replaceOnChanges": ["triggers[*]"], "deleteBeforeReplace": True}}
+    new = {**old, "inputs": {"triggers": ["b"]}}
+    assert diff.classify(old, new, "c").action == "delete-before-replace"
+    retained = {**base, "options": {"retainOnDelete": True}}
+    assert "retainOnDelete: left in place" in diff.entry_lines(diff.classify(retained, None, "c"))[0]
+
+
+def test_ignore_changes_hides_a_change():
+    old = {"urn": "u", "name": "n", "type": "kubernetes:helm.sh/v3:Release", "inputs": {"version": "1"}}
+    old["options"] = {"ignoreChanges": ["version"]}
+    assert diff.classify(old, {**old, "inputs": {"version": "2"}}, "c") is None
+
+
+def test_every_registered_type_has_a_rule(prod_base):
+    for type_ in {r["type"] for r in prod_base["resources"]}:
+        if type_.startswith("mlplatform:"):
+            continue  # components: no provider, nothing to replace
+        known = type_ in diff.REPLACE_ON or type_.startswith(("kubernetes:", "pulumi:providers:"))
+        assert known, f"{type_}: add its replace rule (and source) to stacks/diff.py REPLACE_ON"
+
+
+def test_values_line_diff_and_nested_paths():
+    changes = diff.value_changes(
+        {"script": "a\nb\nc", "list": [{"name": "x", "v": 1}, {"name": "y", "v": 2}], "n": 1},
+        {"script": "a\nB\nc", "list": [{"name": "y", "v": 3}, {"name": "x", "v": 1}], "n": 2},
+        "inputs",
+    )
+    rendered = [line for c in changes for line in diff.render_change(c)]
+    assert "inputs.list[name=y].v: 2 -> 3" in rendered
+    assert "inputs.n: 1 -> 2" in rendered
+    script = rendered[rendered.index("inputs.script:") + 1 :]
+    assert [line.strip() for line in script if re.match(r"\s+[-+][^-+]", line)] == ["-b", "+B"]
