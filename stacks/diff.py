@@ -48,6 +48,8 @@ DELETE_EFFECTS = {
     "node-remove.sh": "cordon + drain (PodDisruptionBudgets honoured) + delete the Node object",
     "rke2-uninstall.sh": "uninstall RKE2: removes /var/lib/rancher/rke2 (etcd data, images), /etc/rancher, CNI files",
 }
+# rke2-install.sh restarts the service when the version, config.yaml or registries.yaml it writes change.
+RKE2_RESTART_PARAMS = ("RKE2_VERSION", "RKE2_CONFIG", "REGISTRIES_YAML")
 # Releases whose replacement or removal loses data or takes the platform down.
 STATEFUL_CHARTS = {
     "rook-ceph-cluster": "the Ceph cluster (tier-2 data)",
@@ -201,11 +203,7 @@ def command_script(command: Any) -> Optional[str]:
 def replace_paths(resource: dict[str, Any]) -> tuple[str, ...]:
     """Input paths (without `inputs.`) whose change replaces `resource`: provider rules + replaceOnChanges."""
     type_ = resource["type"]
-    provider = REPLACE_ON.get(
-        type_, K8S_OBJECT if type_.startswith("kubernetes:") and ":providers:" not in type_ else ()
-    )
-    if type_.startswith("pulumi:providers:"):
-        provider = ()
+    provider = REPLACE_ON.get(type_, K8S_OBJECT if type_.startswith("kubernetes:") else ())  # providers: none
     own = tuple(p.replace("[*]", "") for p in (resource.get("options") or {}).get("replaceOnChanges", []))
     return tuple(dict.fromkeys((*provider, *own)))
 
@@ -389,22 +387,30 @@ def _verb(entry: Entry) -> str:
 
 
 def _restart_danger(entries: list[Entry], after: dict[str, dict]) -> list[str]:
-    rke2 = [
-        e for e in entries if e.name.endswith("-rke2") and e.action != "create" and e.type == "command:remote:Command"
-    ]
-    rke2 = [e for e in rke2 if e.action != "delete"]
-    nodes = sum(1 for r in after.values() if r["name"].endswith("-rke2") and r["type"] == "command:remote:Command")
+    restarts = [e for e in entries if e.action != "delete" and _rke2_restart_params(e)]
     out = []
-    if rke2:
-        versions = _versions(rke2)
+    if restarts:
+        params = sorted({p for e in restarts for p in _rke2_restart_params(e)})
         out.append(
-            f"RKE2 re-installed and restarted on {len(rke2)} nodes{versions}: servers one after another, "
-            "agents all at once (their workloads restart with the kubelet)"
+            f"RKE2 service restarted on {len(restarts)} nodes ({', '.join(params)} changed{_versions(restarts)}): "
+            "servers one after another, agents all at once"
         )
+    nodes = sum(1 for r in after.values() if r["name"].endswith("-rke2") and r["type"] == "command:remote:Command")
     cni = [e for e in entries if e.name.endswith("-cni") and e.action == "update"]
     if cni:
         out.append(f"{cni[0].name}: the CNI release changes: its agent pods roll on all {nodes} nodes")
     return out
+
+
+def _rke2_restart_params(entry: Entry) -> set[str]:
+    """The parameters whose change makes `rke2-install.sh` restart the RKE2 service (it compares them on the host)."""
+    if not entry.name.endswith("-rke2") or entry.type != "command:remote:Command":
+        return set()
+    create = next((c for c in entry.changes if c.path.startswith("inputs.create")), None)
+    if create is None:
+        return set()
+    old, new = command_env(create.old), command_env(create.new)
+    return {p for p in RKE2_RESTART_PARAMS if old.get(p) != new.get(p)}
 
 
 def _versions(entries: list[Entry]) -> str:
@@ -412,7 +418,7 @@ def _versions(entries: list[Entry]) -> str:
     news = {command_env(c.new).get("RKE2_VERSION") for e in entries for c in e.changes if "create" in c.path}
     if olds == news or None in olds | news:
         return ""
-    return f" (RKE2 {', '.join(sorted(olds))} -> {', '.join(sorted(news))})"
+    return f": {', '.join(sorted(olds))} -> {', '.join(sorted(news))}"
 
 
 # ---------------------------------------------------------------------------------------------

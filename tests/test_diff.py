@@ -64,8 +64,8 @@ def test_rke2_version_bump_shows_the_versions_and_how_many_nodes_restart(prod_ba
     assert result.counts() == {"update": 50}, "an upgrade updates each node's RKE2 step in place, no replacement"
     text = diff.render_text(result)
     assert section(text, "DANGER") == [
-        f"  ! RKE2 re-installed and restarted on 50 nodes (RKE2 {old} -> {new}): servers one after another, "
-        "agents all at once (their workloads restart with the kubelet)"
+        f"  ! RKE2 service restarted on 50 nodes (RKE2_VERSION changed: {old} -> {new}): servers one after another, "
+        "agents all at once"
     ]
     entry = text[text.index("~ update gpu-07-rke2 ") :].split("\n~ ")[0]
     assert f"-RKE2_VERSION={old}" in entry and f"+RKE2_VERSION={new}" in entry
@@ -85,6 +85,11 @@ def test_cni_switch_is_refused_naming_the_protected_release(prod_base, tmp_path)
         "the resource in your Pulumi program and run `pulumi up`",
     ]
     assert errors[2].startswith("  network-cni (changes inputs.name, inputs.namespace): switching the CNI")
+    # The servers' config.yaml changes (kube-proxy comes back with Calico): RKE2 restarts on those 3.
+    assert (
+        "  ! RKE2 service restarted on 3 nodes (RKE2_CONFIG changed): servers one after another, agents all at once"
+        in (section(proc.stdout, "DANGER"))
+    )
     assert "docs/runbook.md §8" in errors[2]
     assert '~ output cni: "cilium" -> "calico"' in proc.stdout, "an output change shows old -> new"
     # The ERRORS section comes before everything else.
