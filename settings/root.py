@@ -41,9 +41,10 @@ SECRET_KEYS = {
 class SettingsError(pulumi.RunError):
     """Invalid settings: every problem, one per line. Raised before any resource is registered."""
 
-    def __init__(self, problems: list[str]):
+    def __init__(self, problems: list[str], shown: Optional[list[str]] = None):
+        """`problems`: one per line, path first; `shown`: what is printed (list items named, notes)."""
         self.problems = problems
-        super().__init__("invalid settings:\n" + "\n".join(f"  {p}" for p in problems))
+        super().__init__("invalid settings:\n" + "\n".join(f"  {p}" for p in shown or problems))
 
 
 class Settings(Model):
@@ -108,7 +109,8 @@ def load(raw: dict[str, Any]) -> Settings:
         settings = Settings.model_validate(_without(known, unknown), by_alias=True)
         problems += cross_field_problems(settings)
     if problems:
-        raise SettingsError(sorted((_name_items(p, raw) for p in problems), key=_path_key) + last)
+        problems.sort(key=_path_key)
+        raise SettingsError(problems, [_name_items(p, raw) for p in problems] + last)
     return settings
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 SECRET = "[secret]"
-_ABSENT = object()
+ABSENT = object()
 
 # Input paths whose change makes the provider replace the resource rather than update it, by type.
 # Sources (checked by tests/test_diff.py where the installed packages state it):
@@ -122,7 +122,7 @@ def value_changes(old: Any, new: Any, path: str) -> list[Change]:
 
 
 def _sub(old: dict, new: dict, key: str, path: str) -> list[Change]:
-    return value_changes(old.get(key, _ABSENT), new.get(key, _ABSENT), path)
+    return value_changes(old.get(key, ABSENT), new.get(key, ABSENT), path)
 
 
 def _by_name(items: list) -> Optional[dict[str, Any]]:
@@ -133,7 +133,7 @@ def _by_name(items: list) -> Optional[dict[str, Any]]:
 
 
 def show(value: Any) -> str:
-    if value is _ABSENT:
+    if value is ABSENT:
         return "(absent)"
     return value if value == SECRET else json.dumps(value, sort_keys=True)
 
@@ -153,6 +153,13 @@ def render_change(change: Change) -> list[str]:
     if len(shown_old) + len(shown_new) > 120:
         return [f"{change.path}:", f"    - {shown_old}", f"    + {shown_new}"]
     return [f"{change.path}: {shown_old} -> {shown_new}"]
+
+
+def bare_paths(change: Change) -> list[str]:
+    """The input paths of a change (a host step's merged create/update change is both)."""
+    if change.path.startswith("inputs.create (and inputs.update"):
+        return ["inputs.create", "inputs.update"]
+    return [change.path]
 
 
 def _short(urn: str) -> str:
@@ -241,7 +248,7 @@ def _dedupe_update(changes: list[Change]) -> list[Change]:
     update = next((c for c in changes if c.path == "inputs.update"), None)
     if create and update and (create.old, create.new) == (update.old, update.new):
         changes = [c for c in changes if c is not update]
-        create.path = "inputs.create (and inputs.update, the same command)"
+        create.path = "inputs.create (and inputs.update, the same command)"  # bare_paths() splits it
     return changes
 
 
@@ -286,9 +293,9 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> Result:
         if entry is not None:
             entries.append(entry)
     outputs = [
-        Change(name, old["outputs"].get(name, _ABSENT), new["outputs"].get(name, _ABSENT))
+        Change(name, old["outputs"].get(name, ABSENT), new["outputs"].get(name, ABSENT))
         for name in sorted(old["outputs"].keys() | new["outputs"].keys())
-        if old["outputs"].get(name, _ABSENT) != new["outputs"].get(name, _ABSENT)
+        if old["outputs"].get(name, ABSENT) != new["outputs"].get(name, ABSENT)
     ]
     result = Result(new.get("project", ""), new.get("stack", ""), entries, outputs, [], [])
     result.danger = danger(entries, before, after)

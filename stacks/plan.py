@@ -18,10 +18,10 @@ import os
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from settings import SettingsError
-from stacks import diff
+from stacks import diff as diffs
 from stacks.engine import SECRET, Plan, evaluate_stack
 
 # Exit status of --diff when a protected resource would be replaced or deleted (`pulumi preview` fails too).
@@ -64,6 +64,25 @@ def _owner(resource: dict, by_urn: dict[str, dict], components: dict[str, dict])
     return owner
 
 
+def diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The diff in short, for scripts and tests: added, removed and changed URNs (with changed paths), outputs."""
+    result = diffs.compare(old, new)
+    paths = {
+        e.urn: sorted({p for c in e.changes for p in diffs.bare_paths(c)})
+        for e in result.entries
+        if e.action not in ("create", "delete")
+    }
+    return {
+        "added": [e.urn for e in result.entries if e.action == "create"],
+        "removed": [e.urn for e in result.entries if e.action == "delete"],
+        "changed": paths,
+        "outputs": {
+            c.path: "added" if c.old is diffs.ABSENT else "removed" if c.new is diffs.ABSENT else "changed"
+            for c in result.outputs
+        },
+    }
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stacks.plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("stack", nargs="?", help="stack name: reads Pulumi.<stack>.yaml")
@@ -75,8 +94,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     if args.diff:
         old, new = (json.loads(p.read_text()) for p in args.diff)
-        result = diff.compare(old, new)
-        print(diff.render_markdown(result) if args.format == "markdown" else diff.render_text(result))
+        result = diffs.compare(old, new)
+        print(diffs.render_markdown(result) if args.format == "markdown" else diffs.render_text(result))
         return REFUSED if result.errors else 0
     if not args.stack:
         parser.error("give a STACK (e.g. prod) or --diff OLD NEW")
