@@ -251,14 +251,14 @@ def test_item_names_follow_positions_and_problems_come_sorted_all_at_once():
     def mutate(raw):
         raw["nodes"][node_index(raw, "gpu-15")]["adress"] = "10.20.2.25"
         raw["nodes"][node_index(raw, "gpu-02")].pop("infiniband")
-        raw["nas"]["hosts"][1]["address"] = raw["nodes"][0]["address"]
+        raw["nodes"][node_index(raw, "cpu-09")]["address"] = raw["nodes"][0]["address"]
         raw["cluster"]["rke2version"] = "v1"
 
     paths = [p.split(": ", 1)[0] for p in printed(mutate)]
     assert paths == [
         "cluster.rke2version",
-        f"nas.hosts[1] ({stack_doc('prod')['nas']['hosts'][1]['name']}).address",
         "nodes[0] (cpu-01).address",
+        "nodes[8] (cpu-09).address",
         "nodes[36] (gpu-02).infiniband",
         "nodes[49] (gpu-15).adress",
     ]
