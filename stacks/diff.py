@@ -35,13 +35,23 @@ ABSENT = object()
 #   `replace_on_changes=["triggers[*]"]`, pulumi_command/remote/command.py; so it is in the plan too).
 # - random:index/randomPassword:RandomPassword: every input (terraform-provider-random marks each
 #   attribute RequiresReplace; pulumi_random/random_password.py: `keepers` "trigger recreation").
+# - core/v1 ConfigMap: also `.data`, `.binaryData` (forcenew.go).
+# - tls:index/*: every argument (terraform-provider-tls marks each one RequiresReplace).
 K8S_OBJECT = ("metadata.name", "metadata.namespace")
+TLS_TYPES = ("privateKey:PrivateKey", "selfSignedCert:SelfSignedCert", "certRequest:CertRequest")
 REPLACE_ON: dict[str, tuple[str, ...]] = {
+    "kubernetes:core/v1:ConfigMap": (*K8S_OBJECT, "data", "binaryData"),
+    **{f"tls:index/{t}": ("",) for t in (*TLS_TYPES, "locallySignedCert:LocallySignedCert")},
     "kubernetes:helm.sh/v3:Release": ("name", "namespace"),
     "kubernetes:storage.k8s.io/v1:StorageClass": (*K8S_OBJECT, "parameters", "provisioner"),
     "command:remote:Command": ("triggers",),
     "random:index/randomPassword:RandomPassword": ("",),
 }
+
+# The program's own dynamic providers (components/minio_objects.py, their `diff`), by the input that names
+# the kind: the inputs that replace, and whether the old one is deleted first.
+DYNAMIC = "pulumi-python:dynamic:Resource"
+DYNAMIC_REPLACE = {"bucket": (("bucket",), False), "user": (("user", "policyName"), True)}
 
 # What a host step's delete does on the host, by its delete script (components/scripts/).
 DELETE_EFFECTS = {
@@ -211,6 +221,8 @@ def replace_paths(resource: dict[str, Any]) -> tuple[str, ...]:
     """Input paths (without `inputs.`) whose change replaces `resource`: provider rules + replaceOnChanges."""
     type_ = resource["type"]
     provider = REPLACE_ON.get(type_, K8S_OBJECT if type_.startswith("kubernetes:") else ())  # providers: none
+    if type_ == DYNAMIC:
+        provider = next((paths for key, (paths, _) in DYNAMIC_REPLACE.items() if key in resource["inputs"]), ())
     own = tuple(p.replace("[*]", "") for p in (resource.get("options") or {}).get("replaceOnChanges", []))
     return tuple(dict.fromkeys((*provider, *own)))
 
@@ -268,8 +280,15 @@ def classify(old: Optional[dict], new: Optional[dict], component: str) -> Option
     because = sorted({c.path.split(" (")[0] for c in changes if _matches(c.path.split(" (")[0], prefixes)})
     action = "update"
     if because:
-        action = "delete-before-replace" if options.get("deleteBeforeReplace") else "replace"
+        first = options.get("deleteBeforeReplace") or _dynamic_deletes_first(new)
+        action = "delete-before-replace" if first else "replace"
     return Entry(new["urn"], new["name"], new["type"], action, component, host, changes, because, options)
+
+
+def _dynamic_deletes_first(resource: dict[str, Any]) -> bool:
+    if resource["type"] != DYNAMIC:
+        return False
+    return any(first for key, (_, first) in DYNAMIC_REPLACE.items() if key in resource["inputs"])
 
 
 def _host(resource: dict[str, Any]) -> Optional[str]:

@@ -225,6 +225,15 @@ def test_classification(type_, path, action):
     assert diff.classify(old, new, "c").action == action
 
 
+def test_minio_user_rename_deletes_first_as_its_dynamic_provider_says():
+    old = {"urn": "u", "name": "n", "type": diff.DYNAMIC, "inputs": {"user": "a", "policyName": "p"}, "options": {}}
+    assert (
+        diff.classify(old, {**old, "inputs": {"user": "b", "policyName": "p"}}, "c").action == "delete-before-replace"
+    )
+    bucket = {**old, "inputs": {"bucket": "a"}}
+    assert diff.classify(bucket, {**bucket, "inputs": {"bucket": "b"}}, "c").action == "replace"
+
+
 def test_delete_before_replace_and_retain_options():
     base = {"urn": "u", "name": "n", "type": "command:remote:Command", "inputs": {"triggers": ["a"]}}
     old = {**base, "options": {"replaceOnChanges": ["triggers[*]"], "deleteBeforeReplace": True}}
@@ -244,7 +253,9 @@ def test_every_registered_type_has_a_rule(prod_base):
     for type_ in {r["type"] for r in prod_base["resources"]}:
         if type_.startswith("mlplatform:"):
             continue  # components: no provider, nothing to replace
-        known = type_ in diff.REPLACE_ON or type_.startswith(("kubernetes:", "pulumi:providers:"))
+        known = (
+            type_ in diff.REPLACE_ON or type_ == diff.DYNAMIC or type_.startswith(("kubernetes:", "pulumi:providers:"))
+        )
         assert known, f"{type_}: add its replace rule (and source) to stacks/diff.py REPLACE_ON"
 
 
