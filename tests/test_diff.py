@@ -154,7 +154,7 @@ def test_a_changed_secure_config_value_changes_the_offline_plan(tmp_path):
     # Offline, secrets are placeholders: one derived from the `secure:` ciphertext, so a rotated secret shows.
     doc = yaml.safe_load((ROOT / "Pulumi.lab.yaml").read_text())
     files = []
-    for n, cipher in enumerate(("v1:AAAAcipher-one", "v1:BBBBcipher-two")):
+    for n, cipher in enumerate(("v1:QQZZone", "v1:QQZZtwo")):
         doc["config"]["ml-platform:sshPrivateKey"] = {"secure": cipher}
         files.append(tmp_path / f"{n}.yaml")
         files[-1].write_text(yaml.safe_dump(doc))
@@ -163,7 +163,7 @@ def test_a_changed_secure_config_value_changes_the_offline_plan(tmp_path):
     assert result.entries and all(
         [c.path for c in e.changes] == ["inputs.connection"] and e.action == "update" for e in result.entries
     )
-    assert "cipher" not in json.dumps(head)
+    assert "QQZZ" not in json.dumps(base) + json.dumps(head)
 
 
 def test_no_change_is_an_empty_diff(prod_base):

@@ -174,7 +174,7 @@ def _run_cli(tmp_path: Path, mutate) -> tuple[subprocess.CompletedProcess, Path]
     [
         (lambda c: _minio(c).pop("artifact"), "storage.minio.artifact:"),
         (lambda c: _minio(c)["artifact"].update(sha256="XYZ"), "storage.minio.artifact.sha256:"),
-        (lambda c: c["nas"]["hosts"][1]["drives"].pop(), "nas.hosts[1].drives:"),
+        (lambda c: c["nas"]["hosts"][1]["drives"].pop(), "nas.hosts[1] (nas-02).drives:"),
         (lambda c: _minio(c).update(parity=9), "storage.minio.parity:"),
         (lambda c: _minio(c)["requireHostLoss"].update(write=2), "storage.minio.requireHostLoss:"),
         (lambda c: _minio(c)["backup"]["sources"][0].update(storageClass="tier1-nvme"), "storageClass:"),
