@@ -2,19 +2,22 @@
 
 Per node, three host steps, each a separately re-runnable unit:
   1. `<node>-prepare`    on the node: OS preparation (swap, kernel modules, sysctls, time, packages).
-  2. `<node>-rke2`       on the node: RKE2 config, join token (stdin, 0600), install/upgrade, start,
-                         wait until the node is registered. Delete: uninstall RKE2 from the host.
+  2. `<node>-rke2`       on the node: RKE2 config, join token (stdin, 0600), install/upgrade, start
+                         without blocking, wait (bounded, journal on failure) until the node is
+                         registered, or Ready at the wanted version when it was Ready before.
+                         Delete: uninstall RKE2, only from a host that still runs this node name.
   3. `<node>-membership` on the init server: wait for the Node object, reconcile its labels and
                          taints (RKE2 applies them only at registration). Delete: cordon, drain
                          (honouring PodDisruptionBudgets, bounded by a timeout), delete the Node.
-Order: the init server starts the cluster; the other servers join one after another (upstream
-warns against concurrent server joins: rancher/rke2#642, #1600); every agent joins in parallel as
-soon as the init server is up. The longest chain is prepare -> init -> each further server ->
-membership, which depends on the number of servers (1, 3 or 5), never on the number of nodes.
+Order: the init server starts the cluster; the other servers join (and upgrade) one after another
+(upstream warns against concurrent server joins: rancher/rke2#642, #1600); then every agent in
+parallel, so a version bump reaches every server before any agent (Kubernetes' version skew
+policy). The longest chain is prepare -> init -> each further server -> agent -> membership, which
+depends on the number of servers (1, 3 or 5), never on the number of nodes.
 
-Removing a node from the settings deletes its membership first (drain, delete Node), then its RKE2
-step (uninstall), because the membership depends on it; both are destructive deletes that also run
-first when the step is replaced.
+The membership's triggers depend on the RKE2 step's id, so the engine replaces the membership
+whenever the RKE2 step is replaced, and deletes it first: a replace drains and deletes the Node,
+uninstalls, reinstalls and re-labels, in that order. Removing a node runs the same deletes.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ class ClusterBootstrap(pulumi.ComponentResource):
         super().__init__("mlplatform:cluster:ClusterBootstrap", name, None, opts)
         cluster = args.cluster
         servers = [n for n in args.nodes if n.control_plane]
-        init = next(n for n in servers if n.name == (cluster.init_server or servers[0].name))
+        init = next(n for n in servers if n.name == cluster.init_server)
         init_host = args.hosts[init.name]
         self.api_url = f"https://{cluster.api_endpoint}:{API_PORT}"
 
@@ -82,7 +85,8 @@ class ClusterBootstrap(pulumi.ComponentResource):
             for node in args.nodes
         }
 
-        # The init server first, then the other servers one at a time, then the agents in parallel.
+        # The init server first, then the other servers one at a time, then the agents in parallel
+        # once every server runs (on a version bump: servers upgraded before any agent).
         self.joined = {}
         previous_server: Optional[pulumi.Resource] = None
         for node in [init] + [s for s in servers if s is not init]:
@@ -90,7 +94,7 @@ class ClusterBootstrap(pulumi.ComponentResource):
             previous_server = self._rke2(node, node is init, args, waits)
         for node in args.nodes:
             if not node.control_plane:
-                self._rke2(node, False, args, [self.prepared[node.name], self.joined[init.name]])
+                self._rke2(node, False, args, [self.prepared[node.name], previous_server])
 
         read = host_script(
             f"{name}-kubeconfig",
@@ -116,7 +120,7 @@ class ClusterBootstrap(pulumi.ComponentResource):
                 f"{node.name}-membership",
                 init_host,
                 "node-membership.sh",
-                membership_params(node),
+                membership_params(node, cluster),
                 delete_script="node-remove.sh",
                 delete_params={
                     "NODE_NAME": node.name,
@@ -124,7 +128,8 @@ class ClusterBootstrap(pulumi.ComponentResource):
                     "DRAIN_TIMEOUT": str(cluster.drain_timeout_seconds),
                 },
                 identity=[node.name],
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.joined[node.name], self.joined[init.name]]),
+                replaced_with=self.joined[node.name],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.joined[init.name]]),
             )
 
         self.register_outputs({"apiUrl": self.api_url, "kubeconfig": self.kubeconfig})
@@ -140,6 +145,7 @@ class ClusterBootstrap(pulumi.ComponentResource):
             rke2_params(node, is_init, cluster, args.network, args.server_config),
             stdin=args.token,
             delete_script="rke2-uninstall.sh",
+            delete_params={"NODE_NAME": node.name},
             identity=[node.name, node.address, "server" if node.control_plane else "agent"],
             opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
         )
@@ -157,7 +163,10 @@ def prepare_params(node: NodeSettings, cluster: ClusterSettings, network: Networ
     }
 
 
-def node_labels(node: NodeSettings) -> dict[str, str]:
+def registration_labels(node: NodeSettings) -> dict[str, str]:
+    """The labels a node registers with (config.yaml): what the program derives from its role and
+    hardware, so that workloads find it from its first moment. `nodes[].labels` are not among them:
+    the membership step reconciles them without touching config.yaml (no RKE2 restart)."""
     labels = {ROLE_LABEL: node.role}
     if node.control_plane:
         labels["ml-platform.io/control-plane"] = "true"
@@ -166,8 +175,12 @@ def node_labels(node: NodeSettings) -> dict[str, str]:
         labels["ml-platform.io/gpu-count"] = str(node.gpu.count)
     if node.storage_host:
         labels["ml-platform.io/ceph-storage"] = "true"
-    labels.update(node.labels)
     return labels
+
+
+def node_labels(node: NodeSettings) -> dict[str, str]:
+    """Every label the membership step keeps on the Node."""
+    return {**registration_labels(node), **node.labels}
 
 
 def node_taints(node: NodeSettings) -> list[str]:
@@ -193,7 +206,7 @@ def rke2_config(
         "node-ip": node.address,
         # The role label is also reconciled after registration (membership step); RKE2 only
         # applies node-label/node-taint when the node first registers (kubernetes#59314).
-        "node-label": [f"{k}={v}" for k, v in sorted(node_labels(node).items())],
+        "node-label": [f"{k}={v}" for k, v in sorted(registration_labels(node).items())],
     }
     if node_taints(node):
         config["node-taint"] = node_taints(node)
@@ -281,7 +294,6 @@ def rke2_params(
     network: NetworkSettings,
     server_config: Mapping[str, Any] = MappingProxyType({}),
 ) -> dict[str, str]:
-    registration = "" if is_init else f"{cluster.api_endpoint}:{SUPERVISOR_PORT}"
     return {
         "NODE_NAME": node.name,
         "RKE2_TYPE": "server" if node.control_plane else "agent",
@@ -292,19 +304,21 @@ def rke2_params(
         "RKE2_CONFIG": yaml.safe_dump(rke2_config(node, is_init, cluster, network, server_config), sort_keys=True),
         "REGISTRIES_YAML": registries_yaml(cluster),
         "KUBE_VIP_MANIFEST": kube_vip_manifest(cluster) if node.control_plane else "",
-        # The init server waits until the registration address answers (the VIP is up) before it
-        # reports done; joiners check it before they start.
-        "REGISTRATION_ADDRESS": f"{cluster.api_endpoint}:{SUPERVISOR_PORT}" if is_init else registration,
-        "JOIN_TIMEOUT": "900",
+        # Joiners wait until the registration address answers before they start. The init server
+        # reports done only once it answers (the VIP is up), and joins instead of initialising a
+        # second cluster when it already answers and the host has no etcd data (a rebuild).
+        "REGISTRATION_ADDRESS": f"{cluster.api_endpoint}:{SUPERVISOR_PORT}",
+        "JOIN_TIMEOUT": str(cluster.join_timeout_seconds),
+        "RENAMED_FROM": node.renamed_from or "",
     }
 
 
-def membership_params(node: NodeSettings) -> dict[str, str]:
+def membership_params(node: NodeSettings, cluster: ClusterSettings) -> dict[str, str]:
     # Admin-side labels may use the node-role.kubernetes.io prefix, which kubelets may not set.
     labels = {**node_labels(node), f"node-role.kubernetes.io/{node.role}": "true"}
     return {
         "NODE_NAME": node.name,
         "LABELS": " ".join(f"{k}={v}" for k, v in sorted(labels.items())),
         "TAINTS": " ".join(node_taints(node)),
-        "REGISTER_TIMEOUT": "900",
+        "REGISTER_TIMEOUT": str(cluster.join_timeout_seconds),
     }

@@ -116,6 +116,7 @@ def host_script(
     delete_script: Optional[str] = None,
     delete_params: Optional[Mapping[str, str]] = None,
     identity: Sequence[str] = (),
+    replaced_with: Optional[command.remote.Command] = None,
     secret_output: bool = False,
     opts: Optional[pulumi.ResourceOptions] = None,
 ) -> command.remote.Command:
@@ -125,6 +126,11 @@ def host_script(
     `delete_script`: runs when the step is removed from the program (or replaced); it is the only
     place destructive work may happen, and it runs before a replacement's create.
     `stdin`: secret material for the script; it reads it from standard input.
+    `replaced_with`: a step on which this one stands (e.g. a Node's membership on its RKE2 install).
+    The triggers depend on that step's id, so when it is replaced the engine replaces this step
+    too, deleting it first (pulumi/pulumi#2167: a delete-before-replace deletes exactly the
+    dependents whose replace-on-change inputs depend on it; `depends_on` alone does not). The
+    value stays the same hash, so adding the dependency to a deployed stack replaces nothing.
     """
     params = dict(params or {})
     create = invocation(script, params, host.sudo)
@@ -133,6 +139,9 @@ def host_script(
         delete_before_replace=delete is not None,
         additional_secret_outputs=["stdout", "stderr"] if secret_output else None,
     )
+    trigger: pulumi.Input[str] = fingerprint(script, delete_script, *identity) if delete else fingerprint(create)
+    if replaced_with is not None:
+        trigger = replaced_with.id.apply(lambda _, value=trigger: value)
     return command.remote.Command(
         resource_name,
         connection=host.connection,
@@ -142,7 +151,7 @@ def host_script(
         stdin=stdin,
         # Non-destructive steps: re-run (replace) when the script or its parameters change.
         # Destructive steps: replace only when their identity changes; other changes update in place.
-        triggers=[fingerprint(script, delete_script, *identity) if delete else fingerprint(create)],
+        triggers=[trigger],
         logging=command.remote.Logging.NONE if secret_output else None,
         add_previous_output_in_env=False,
         opts=pulumi.ResourceOptions.merge(options, opts),

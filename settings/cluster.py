@@ -70,10 +70,23 @@ class ClusterSettings(Model):
         default=None,
         description="When set, kube-vip on the servers holds `apiEndpoint`; unset: the site provides the address.",
     )
-    init_server: Optional[Name] = Field(
+    init_server: Name = Field(
+        description="The control-plane node that started the cluster and whose kubeconfig is read. Required "
+        "(no default to the first server listed): only its first install may initialise etcd; a reinstall "
+        "joins the running cluster (docs/runbook.md, section 9).",
+    )
+    deployed_rke2_version: Optional[Rke2Version] = Field(
         default=None,
-        description="The server that initialises the cluster and whose kubeconfig is read; "
-        "unset: the first control-plane node.",
+        description="The RKE2 release the cluster runs now, while `rke2Version` asks for another: settings refuse "
+        "a downgrade and a jump of more than one minor version from it (each host's step also checks the "
+        "release it really runs). Unset: no upgrade in this change.",
+    )
+    join_timeout_seconds: int = Field(
+        default=900,
+        ge=60,
+        le=7200,
+        description="How long an RKE2 step waits for the unit to be active and the node registered (or, on a "
+        "node that was Ready, Ready again at the wanted version) before it fails with the unit's journal.",
     )
     os_family: Literal["debian", "rhel"] = Field(
         default="debian", description="The hosts' distribution family: package manager and chrony paths."

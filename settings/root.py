@@ -74,8 +74,7 @@ class Settings(Model):
     @property
     def init_server(self) -> NodeSettings:
         """The server that initialises the cluster (and whose kubeconfig the program reads)."""
-        name = self.cluster.init_server or self.servers[0].name
-        return next(n for n in self.nodes if n.name == name)
+        return next(n for n in self.nodes if n.name == self.cluster.init_server)
 
     @property
     def gpu_nodes(self) -> list[NodeSettings]:

@@ -33,6 +33,8 @@ def cross_field_problems(s: Settings) -> list[str]:
             add(f"nas.hosts[{i}].address: {host.address!r} is used by more than one host; addresses must be unique")
 
     _control_plane_problems(s, add)
+    _upgrade_problems(s, add)
+    _rename_problems(s, add)
     _node_hardware_problems(s, add)
     _network_problems(s, add)
     _storage_problems(s, add)
@@ -73,7 +75,7 @@ def _control_plane_problems(s: Settings, add) -> None:
     for i, node in enumerate(s.nodes):
         if node.control_plane and node.role != "cpu":
             add(f"nodes[{i}].controlPlane: {node.name!r} is a GPU node; control-plane servers must be CPU nodes")
-    if s.cluster.init_server is not None and s.cluster.init_server not in {n.name for n in servers}:
+    if s.cluster.init_server not in {n.name for n in servers}:
         add(
             f"cluster.initServer: {s.cluster.init_server!r} is not a control-plane node; name one of "
             f"{', '.join(n.name for n in servers) or '(none)'}"
@@ -86,6 +88,47 @@ def _control_plane_problems(s: Settings, add) -> None:
             )
         elif s.cluster.api_endpoint in {n.address for n in s.nodes}:
             add("cluster.apiEndpoint: the virtual IP must not be a node's own address; pick a free address")
+
+
+def rke2_release(version: str) -> tuple[int, int, int]:
+    """(minor, patch, rke2 revision) of 'v1.MINOR.PATCH+rke2rN', for ordering releases."""
+    minor, patch, revision = re.fullmatch(r"v1\.(\d+)\.(\d+)\+rke2r(\d+)", version).groups()
+    return int(minor), int(patch), int(revision)
+
+
+def _upgrade_problems(s: Settings, add) -> None:
+    # Kubernetes' version skew policy: one minor version at a time, never back (RKE2 refuses to
+    # start an etcd written by a newer release). The host step checks the same against each host.
+    deployed, wanted = s.cluster.deployed_rke2_version, s.cluster.rke2_version
+    if deployed is None:
+        return
+    if rke2_release(wanted) < rke2_release(deployed):
+        add(
+            f"cluster.rke2Version: {wanted!r} is older than the deployed {deployed!r}; RKE2 does not support "
+            "downgrades: restore an etcd snapshot taken before the upgrade instead (runbook 12)"
+        )
+    elif rke2_release(wanted)[0] > rke2_release(deployed)[0] + 1:
+        add(
+            f"cluster.rke2Version: {wanted!r} skips minor versions from the deployed {deployed!r}; upgrade one "
+            f"minor version at a time (first to the newest v1.{rke2_release(deployed)[0] + 1}.x release)"
+        )
+
+
+def _rename_problems(s: Settings, add) -> None:
+    names = {n.name for n in s.nodes}
+    for i, node in enumerate(s.nodes):
+        if node.renamed_from is None:
+            continue
+        if node.renamed_from in names:
+            add(
+                f"nodes[{i}].renamedFrom: {node.renamed_from!r} is still in nodes; a rename replaces the old "
+                "entry: remove it, or drop renamedFrom"
+            )
+        if node.control_plane:
+            add(
+                f"nodes[{i}].renamedFrom: {node.name!r} is a control-plane server; its etcd member cannot be "
+                "renamed in place: remove the server and add it under the new name in two changes (runbook 10)"
+            )
 
 
 def _node_hardware_problems(s: Settings, add) -> None:

@@ -151,6 +151,11 @@ class _RecordingMonitor(mocks.MockMonitor):
                 "protect": bool(request.protect),
                 "retainOnDelete": bool(request.retainOnDelete),
                 "replaceOnChanges": sorted(request.replaceOnChanges),
+                # Which inputs depend on which resources: a delete-before-replace deletes first the
+                # dependents whose replace-on-change inputs depend on the replaced resource.
+                "propertyDependencies": {
+                    key: sorted(deps.urns) for key, deps in request.propertyDependencies.items() if deps.urns
+                },
             }
             self.requests.append(
                 {

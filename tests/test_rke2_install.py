@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ TOKEN = "K10-secret-join-token"
 
 
 class Host:
-    """A scratch root with stubbed systemd, installer download and kubectl."""
+    """A scratch root with stubbed systemd, journal, installer download and kubectl."""
 
     def __init__(self, tmp_path: Path):
         self.root = tmp_path / "root"
@@ -30,12 +31,14 @@ class Host:
         self.state = tmp_path / "kubectl.json"
         self.state.write_text(json.dumps({"nodes": {}}))
 
-    def register(self, name: str) -> None:
-        self.state.write_text(
-            json.dumps({"nodes": {name: {"labels": {}, "annotations": {}, "taints": [], "unschedulable": False}}})
-        )
+    def register(self, name: str, **status) -> None:
+        """The Node object exists (status: ready=bool, version=kubelet version)."""
+        node = {"labels": {}, "annotations": {}, "taints": [], "unschedulable": False, **status}
+        self.state.write_text(json.dumps({"nodes": {name: node}}))
 
-    def run(self, params: dict[str, str], token: str = TOKEN, timeout: str = "5") -> subprocess.CompletedProcess:
+    def run(
+        self, params: dict[str, str], token: str = TOKEN, timeout: str = "5", script: str = "rke2-install.sh"
+    ) -> subprocess.CompletedProcess:
         env = {
             "PATH": f"{STUBS / 'host'}:{os.environ['PATH']}",
             "HOST_ROOT": str(self.root),
@@ -46,10 +49,8 @@ class Host:
             **params,
             "JOIN_TIMEOUT": timeout,
         }
-        program = script_text("rke2-install.sh")
-        return subprocess.run(
-            ["bash", "-c", program, "rke2-install.sh"], input=token, env=env, capture_output=True, text=True
-        )
+        program = script_text(script)
+        return subprocess.run(["bash", "-c", program, script], input=token, env=env, capture_output=True, text=True)
 
     def calls(self) -> list[str]:
         log = self.fake / "calls.log"
@@ -57,6 +58,20 @@ class Host:
 
     def file(self, path: str) -> Path:
         return self.root / path.lstrip("/")
+
+    def config(self) -> dict:
+        return yaml.safe_load(self.file("/etc/rancher/rke2/config.yaml").read_text())
+
+    def runs_rke2_as(self, name: str, version: str = "v1.35.7+rke2r1") -> None:
+        """A host where RKE2 `version` is installed and configured as node `name`."""
+        bin_dir = self.file("/usr/local/bin")
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        (bin_dir / "rke2").write_text(f'#!/bin/sh\necho "rke2 version {version} (0000000)"\n')
+        (bin_dir / "rke2-uninstall.sh").write_text(f'#!/bin/sh\necho "rke2-uninstall" >>"{self.fake}/calls.log"\n')
+        for tool in ("rke2", "rke2-uninstall.sh"):
+            (bin_dir / tool).chmod(0o755)
+        self.file("/etc/rancher/rke2").mkdir(parents=True, exist_ok=True)
+        self.file("/etc/rancher/rke2/config.yaml").write_text(f"node-name: {name}\ntoken-file: x\n")
 
 
 def lab_params(node: str, **changes) -> dict[str, str]:
@@ -80,13 +95,13 @@ def test_agent_joins_once_and_a_second_run_changes_nothing(host):
     token_file = host.file("/etc/rancher/rke2/join-token")
     assert token_file.read_text() == TOKEN + "\n"
     assert oct(token_file.stat().st_mode & 0o777) == "0o600"
-    config = yaml.safe_load(host.file("/etc/rancher/rke2/config.yaml").read_text())
+    config = host.config()
     assert config["server"] == "https://192.168.50.11:9345" and config["token-file"] == "/etc/rancher/rke2/join-token"
     calls = host.calls()
     assert "installer v1.35.7+rke2r1 agent tar " in calls
-    # The registration address answered before the agent started.
+    # The registration address answered before the agent started, and the start does not block.
     ping = next(i for i, c in enumerate(calls) if c.endswith("/ping"))
-    assert ping < calls.index("systemctl start rke2-agent.service")
+    assert ping < calls.index("systemctl start --no-block rke2-agent.service")
     assert TOKEN not in first.stdout + first.stderr
 
     second = host.run(lab_params("lab-gpu"))
@@ -96,7 +111,7 @@ def test_agent_joins_once_and_a_second_run_changes_nothing(host):
     assert not any(c.startswith("installer") or "restart" in c or " start " in c for c in new_calls)
 
 
-def test_changes_restart_and_version_bumps_reinstall(host):
+def test_changes_restart_and_version_bumps_snapshot_then_reinstall(host):
     host.register("lab-server")
     (host.fake / "ping-ok").touch()
     assert host.run(lab_params("lab-server")).returncode == 0
@@ -105,24 +120,111 @@ def test_changes_restart_and_version_bumps_reinstall(host):
     rotated = host.run(lab_params("lab-server"), token="K10-rotated")
     assert rotated.returncode == 0, rotated.stderr
     assert "changed: restarted rke2-server.service" in rotated.stdout
+    assert "systemctl restart --no-block rke2-server.service" in host.calls()[before:]
     assert host.file("/etc/rancher/rke2/join-token").read_text() == "K10-rotated\n"
 
+    host.register("lab-server", version="v1.35.8+rke2r1")  # the kubelet reports the new version
+    before = len(host.calls())
     bumped = host.run(lab_params("lab-server", rke2Version="v1.35.8+rke2r1"), token="K10-rotated")
     assert bumped.returncode == 0, bumped.stderr
     assert "changed: installed RKE2 v1.35.8+rke2r1 (was: v1.35.7+rke2r1)" in bumped.stdout
-    assert "installer v1.35.8+rke2r1 server tar " in host.calls()[before:]
+    calls = host.calls()[before:]
+    # An etcd snapshot of the running cluster comes before the new release is installed.
+    snapshot = calls.index("rke2 etcd-snapshot save --name pre-upgrade-v1.35.8+rke2r1")
+    assert snapshot < calls.index("installer v1.35.8+rke2r1 server tar ")
+
+
+def _on_restart_node_becomes(host: Host, **status) -> None:
+    """At the next start or restart of RKE2, the Node's status changes (the kubelet came back)."""
+    node = {"labels": {}, "annotations": {}, "taints": [], "unschedulable": False, **status}
+    state = json.dumps({"nodes": {"lab-gpu": node}})
+    (host.fake / "on-start").write_text(f"cat >'{host.state}' <<'JSON'\n{state}\nJSON\n")
+
+
+def test_an_update_of_a_ready_node_waits_for_ready_at_the_wanted_version(host):
+    host.register("lab-gpu")
+    (host.fake / "ping-ok").touch()
+    assert host.run(lab_params("lab-gpu")).returncode == 0
+    # After the upgrade the Node exists at the new version but never becomes Ready again.
+    _on_restart_node_becomes(host, ready=False, version="v1.35.8+rke2r1")
+    stuck = host.run(lab_params("lab-gpu", rke2Version="v1.35.8+rke2r1"))
+    assert stuck.returncode != 0
+    assert "waiting for node lab-gpu to be Ready at v1.35.8+rke2r1" in stuck.stderr
+    assert "Node password rejected" in stuck.stderr  # the journal excerpt explains it
+
+    # Ready again, at the old version (the restart did not take): still not done.
+    _on_restart_node_becomes(host, ready=True, version="v1.35.7+rke2r1")
+    host.register("lab-gpu")
+    old = host.run(lab_params("lab-gpu", rke2Version="v1.35.9+rke2r1"))
+    assert old.returncode != 0 and "to be Ready at v1.35.9+rke2r1" in old.stderr
+
+    # The kubelet caught up: the re-run (nothing left to install or restart) is done.
+    host.register("lab-gpu", version="v1.35.9+rke2r1")
+    done = host.run(lab_params("lab-gpu", rke2Version="v1.35.9+rke2r1"))
+    assert done.returncode == 0, done.stderr
+    assert "changed:" not in done.stdout
+
+
+def test_a_unit_that_never_becomes_active_fails_within_the_timeout_with_its_journal(host):
+    host.register("lab-gpu")
+    (host.fake / "ping-ok").touch()
+    (host.fake / "never-active").touch()
+    started = time.monotonic()
+    result = host.run(lab_params("lab-gpu"), timeout="6")
+    elapsed = time.monotonic() - started
+    assert result.returncode != 0
+    assert elapsed < 6 + 10, elapsed  # one poll interval (5 s) past the deadline at most, never unbounded
+    assert "timed out after 6s waiting for rke2-agent.service to be active" in result.stderr
+    assert "last lines of the rke2-agent.service journal:" in result.stderr
+    assert "Node password rejected" in result.stderr
+    assert "journalctl -u rke2-agent.service -n 40 --no-pager" in host.calls()
+    # systemctl itself never blocked on the Type=notify unit.
+    assert "systemctl start --no-block rke2-agent.service" in host.calls()
 
 
 def test_init_server_starts_without_waiting_and_reports_when_the_endpoint_answers(host):
     host.register("lab-server")
     params = lab_params("lab-server")
-    config = yaml.safe_load(params["RKE2_CONFIG"])
-    assert "server" not in config  # the init server starts the cluster
+    assert "server" not in yaml.safe_load(params["RKE2_CONFIG"])  # the init server starts the cluster
     result = host.run(params)
+    assert "server" not in host.config()  # nothing answered: it initialises
     # It started, but the registration address never answered: it does not report done.
-    assert "systemctl start rke2-server.service" in host.calls()
+    assert "systemctl start --no-block rke2-server.service" in host.calls()
     assert result.returncode != 0
     assert "the registration address 192.168.50.11:9345 to answer" in result.stderr
+
+
+def _plan_params(plan, step: str) -> dict[str, str]:
+    from tests.test_cluster import params_of
+
+    return params_of(plan.named(step)["inputs"]["create"])
+
+
+def test_a_rebuilt_init_server_joins_the_running_cluster(host, lab_plan):
+    # `pulumi up --replace lab-server-rke2` (runbook 9): the uninstall removed the etcd data; the
+    # cluster still answers at the registration address (the other servers). The init server's own
+    # plan step must join it, never initialise a second cluster with the same token and VIP.
+    params = _plan_params(lab_plan, "lab-server-rke2")
+    assert "server" not in yaml.safe_load(params["RKE2_CONFIG"])
+    host.register("lab-server")
+    (host.fake / "ping-ok").touch()
+    result = host.run(params)
+    assert result.returncode == 0, result.stderr
+    assert host.config()["server"] == "https://192.168.50.11:9345"
+    assert "joining it, not initialising a new one" in result.stderr
+    # Once joined it stays joined: a re-run changes nothing (no restart).
+    again = host.run(params)
+    assert again.returncode == 0 and "changed:" not in again.stdout, again.stdout
+
+
+def test_an_init_server_with_its_etcd_data_keeps_its_config(host, lab_plan):
+    # The init server of a running cluster: the address answers (itself), but it holds etcd data.
+    params = _plan_params(lab_plan, "lab-server-rke2")
+    host.file("/var/lib/rancher/rke2/server/db/etcd").mkdir(parents=True)
+    host.register("lab-server")
+    (host.fake / "ping-ok").touch()
+    assert host.run(params).returncode == 0
+    assert "server" not in host.config()
 
 
 def test_joiner_does_not_start_while_the_registration_address_is_down(host):
@@ -136,3 +238,57 @@ def test_no_token_no_install(host):
     result = host.run(lab_params("lab-gpu"), token="")
     assert result.returncode != 0 and "no join token on standard input" in result.stderr
     assert host.calls() == []
+
+
+def test_a_host_running_another_node_is_refused_unless_renamed(host):
+    host.runs_rke2_as("lab-cpu-1")
+    host.register("lab-gpu")
+    (host.fake / "ping-ok").touch()
+    refused = host.run(lab_params("lab-gpu"))
+    assert refused.returncode != 0
+    assert "this host runs RKE2 as node 'lab-cpu-1', not 'lab-gpu'; changed nothing" in refused.stderr
+    assert "renamedFrom: lab-cpu-1" in refused.stderr
+    assert host.config()["node-name"] == "lab-cpu-1" and host.calls() == []
+
+    renamed = host.run({**lab_params("lab-gpu"), "RENAMED_FROM": "lab-cpu-1"})
+    assert renamed.returncode == 0, renamed.stderr
+    assert host.config()["node-name"] == "lab-gpu"
+
+
+@pytest.mark.parametrize(
+    ("installed", "wanted", "why"),
+    [("v1.35.7+rke2r1", "v1.35.6+rke2r1", "downgrade"), ("v1.35.7+rke2r1", "v1.37.1+rke2r1", "skips a minor")],
+)
+def test_downgrades_and_minor_skips_are_refused_on_the_host(host, installed, wanted, why):
+    host.runs_rke2_as("lab-gpu", version=installed)
+    (host.fake / "ping-ok").touch()
+    result = host.run(lab_params("lab-gpu", rke2Version=wanted))
+    assert result.returncode != 0 and why in result.stderr
+    assert host.config() == {"node-name": "lab-gpu", "token-file": "x"}  # untouched
+    assert not any(c.startswith(("installer", "systemctl")) for c in host.calls())
+
+
+def uninstall(host: Host, node: str) -> subprocess.CompletedProcess:
+    return host.run({"NODE_NAME": node}, script="rke2-uninstall.sh")
+
+
+def test_uninstall_refuses_a_host_that_runs_another_node(host):
+    # After a rename (cpu-30 -> cpu-99, same address), the old name's delete reaches the live host.
+    host.runs_rke2_as("lab-cpu-9")
+    result = uninstall(host, "lab-cpu-1")
+    assert result.returncode == 0, result.stderr
+    assert "refused: this host runs RKE2 as node 'lab-cpu-9', not 'lab-cpu-1'; left RKE2 alone" in result.stdout
+    assert "rke2-uninstall" not in host.calls()
+
+
+def test_uninstall_keeps_the_etcd_snapshots(host):
+    host.runs_rke2_as("lab-server")
+    snapshots = host.file("/var/lib/rancher/rke2/server/db/snapshots")
+    snapshots.mkdir(parents=True)
+    (snapshots / "etcd-snapshot-lab-server-1763900000").write_text("etcd data")
+    result = uninstall(host, "lab-server")
+    assert result.returncode == 0, result.stderr
+    assert "rke2-uninstall" in host.calls()
+    kept = list(host.file("/var/backups/rke2-etcd-snapshots").glob("lab-server-*/etcd-snapshot-lab-server-1763900000"))
+    assert len(kept) == 1 and kept[0].read_text() == "etcd data"
+    assert "changed: kept the etcd snapshots in /var/backups/rke2-etcd-snapshots/lab-server-" in result.stdout

@@ -62,7 +62,8 @@ ensure_packages() {
       ;;
     rhel)
       for pkg in "$@"; do
-        rpm -q "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+        # --whatprovides: EL9 ships curl-minimal, which provides curl (installing curl conflicts).
+        rpm -q --whatprovides "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
       done
       ((${#missing[@]})) || return 0
       dnf install -y -q "${missing[@]}" >/dev/null

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Install (or upgrade) RKE2 at the pinned version, write its configuration, start it and wait until
-# this node is registered. The join token arrives on stdin and is written 0600; it is never printed.
+# this node is registered (or, when it was Ready before this run, Ready again at the wanted version).
+# The join token arrives on stdin and is written 0600; it is never printed.
+# Every wait shares one deadline (JOIN_TIMEOUT); on a timeout the unit's last journal lines are printed.
+# Refuses, before changing anything: a host that runs RKE2 under another node name (unless
+# RENAMED_FROM names it), a downgrade, and a jump of more than one minor version.
+# A server whose config has no `server:` (the init server) joins the running cluster instead of
+# initialising a new one whenever the registration address answers and the host has no etcd data.
 # Parameters: NODE_NAME RKE2_TYPE (server|agent) RKE2_VERSION INSTALLER_URL ARTIFACT_URL
 #   INSTALL_METHOD RKE2_CONFIG REGISTRIES_YAML KUBE_VIP_MANIFEST REGISTRATION_ADDRESS JOIN_TIMEOUT
-#   HOST_ROOT (tests only: prefix of the paths this script reads and writes)
+#   RENAMED_FROM HOST_ROOT (tests only: prefix of the paths this script reads and writes)
 set -euo pipefail
 : "${NODE_NAME:?}" "${RKE2_TYPE:?}" "${RKE2_VERSION:?}" "${INSTALLER_URL:?}" "${INSTALL_METHOD:?}" "${RKE2_CONFIG:?}"
 : "${ARTIFACT_URL=}" "${REGISTRIES_YAML=}" "${KUBE_VIP_MANIFEST=}" "${REGISTRATION_ADDRESS=}" "${JOIN_TIMEOUT:=900}"
+: "${RENAMED_FROM=}"
 umask 077
 
 token=$(cat)
@@ -16,11 +23,53 @@ HOST_ROOT=${HOST_ROOT:-}
 etc=$HOST_ROOT/etc/rancher/rke2
 static_pods=$HOST_ROOT/var/lib/rancher/rke2/agent/pod-manifests
 kubelet_kubeconfig=$HOST_ROOT/var/lib/rancher/rke2/agent/kubelet.kubeconfig
+etcd_data=$HOST_ROOT/var/lib/rancher/rke2/server/db/etcd
+unit="rke2-$RKE2_TYPE.service"
+deadline=$((SECONDS + JOIN_TIMEOUT))
+
+rke2_bin=""
+for bin in "$HOST_ROOT"{/usr/local/bin,/opt/rke2/bin,/usr/bin}/rke2; do
+  if [[ -x $bin ]]; then
+    rke2_bin=$bin
+    break
+  fi
+done
+installed=""
+[[ -z $rke2_bin ]] || installed=$("$rke2_bin" --version | awk 'NR == 1 {print $3}')
+
+# The host's identity: the node name RKE2 was configured with here.
+running_as=$(sed -n 's/^node-name: *["'\'']*\([^"'\'' ]*\).*/\1/p' "$etc/config.yaml" 2>/dev/null || true)
+if [[ -n $running_as && $running_as != "$NODE_NAME" && $running_as != "$RENAMED_FROM" ]]; then
+  fail "this host runs RKE2 as node '$running_as', not '$NODE_NAME'; changed nothing. If this is a rename, \
+set renamedFrom: $running_as on node $NODE_NAME (runbook 10); otherwise fix the node's address"
+fi
+
+release() { [[ $1 =~ ^v1\.([0-9]+)\.([0-9]+)\+rke2r([0-9]+)$ ]] && printf '%05d%05d%05d' "${BASH_REMATCH[@]:1:3}"; }
+if [[ -n $installed && $installed != "$RKE2_VERSION" ]]; then
+  have=$(release "$installed") || fail "cannot read the installed RKE2 version '$installed'"
+  want=$(release "$RKE2_VERSION") || fail "RKE2_VERSION '$RKE2_VERSION' is not an RKE2 release"
+  if [[ $want < $have ]]; then
+    fail "this host runs RKE2 $installed; $RKE2_VERSION would be a downgrade, which RKE2 does not support; changed nothing"
+  elif ((10#${want:0:5} > 10#${have:0:5} + 1)); then
+    fail "this host runs RKE2 $installed; $RKE2_VERSION skips a minor version; upgrade one minor at a time; changed nothing"
+  fi
+fi
+
+ping_registration() { curl -ksf --max-time 5 "https://$REGISTRATION_ADDRESS/ping"; }
+
+config=$RKE2_CONFIG
+if [[ $RKE2_TYPE == server && -n $REGISTRATION_ADDRESS ]] && ! grep -q '^server:' <<<"$config"; then
+  # A server once joined stays joined; a server without etcd data joins whenever the cluster is up.
+  if grep -q '^server:' "$etc/config.yaml" 2>/dev/null || { [[ ! -d $etcd_data ]] && ping_registration >/dev/null 2>&1; }; then
+    note "the cluster at $REGISTRATION_ADDRESS is up: joining it, not initialising a new one"
+    config=$(printf '%s\nserver: https://%s\n' "$config" "$REGISTRATION_ADDRESS")
+  fi
+fi
 
 restart=false
 install -d -m 0700 "$etc"
 write_file "$etc/join-token" 0600 "$token" && restart=true
-write_file "$etc/config.yaml" 0600 "$RKE2_CONFIG" && restart=true
+write_file "$etc/config.yaml" 0600 "$config" && restart=true
 if [[ -n $REGISTRIES_YAML ]]; then
   write_file "$etc/registries.yaml" 0600 "$REGISTRIES_YAML" && restart=true
 else
@@ -32,49 +81,74 @@ else
   remove_file "$static_pods/kube-vip.yaml" || true
 fi
 
-installed=""
-for bin in "$HOST_ROOT"{/usr/local/bin,/opt/rke2/bin,/usr/bin}/rke2; do
-  if [[ -x $bin ]]; then
-    installed=$("$bin" --version | awk 'NR == 1 {print $3}')
-    break
-  fi
-done
+node_field() {
+  "$KUBECTL" --kubeconfig "$kubelet_kubeconfig" --request-timeout=10s get node "$NODE_NAME" -o "jsonpath=$1"
+}
+node_ready() { [[ "$(node_field '{.status.conditions[?(@.type=="Ready")].status}')" == True ]]; }
+node_at_version() { [[ "$(node_field '{.status.nodeInfo.kubeletVersion}')" == "$RKE2_VERSION" ]]; }
+node_ready_at_version() { node_ready && node_at_version; }
+# A node that was Ready must be Ready again; a new one cannot be before the CNI is installed.
+was_ready=false
+if systemctl is-active --quiet "$unit" && node_ready >/dev/null 2>&1; then was_ready=true; fi
+
 if [[ $installed != "$RKE2_VERSION" ]]; then
+  if [[ -n $installed && $RKE2_TYPE == server && $was_ready == true ]]; then
+    # A way back: the etcd snapshot restores the cluster as it was before this upgrade (runbook 12).
+    "$rke2_bin" etcd-snapshot save --name "pre-upgrade-$RKE2_VERSION" >&2
+    changed "saved etcd snapshot pre-upgrade-$RKE2_VERSION before upgrading from $installed"
+  fi
   installer=$(mktemp)
   trap 'rm -f "$installer"' EXIT
-  curl -sfL --retry 5 --retry-delay 5 "$INSTALLER_URL" -o "$installer"
+  curl -sfL --retry 5 --retry-delay 5 --max-time 300 "$INSTALLER_URL" -o "$installer"
   env INSTALL_RKE2_VERSION="$RKE2_VERSION" INSTALL_RKE2_TYPE="$RKE2_TYPE" INSTALL_RKE2_METHOD="$INSTALL_METHOD" \
     ${ARTIFACT_URL:+INSTALL_RKE2_ARTIFACT_URL="$ARTIFACT_URL"} sh "$installer" >&2
   changed "installed RKE2 $RKE2_VERSION (was: ${installed:-none})"
   restart=true
 fi
 
-unit="rke2-$RKE2_TYPE.service"
 if ! systemctl is-enabled --quiet "$unit"; then
   systemctl enable "$unit" >/dev/null 2>&1
   changed "enabled $unit"
 fi
 
-ping_registration() { curl -ksf --max-time 5 "https://$REGISTRATION_ADDRESS/ping"; }
+# await DESCRIPTION COMMAND...: retry until the step's deadline; then print the journal and fail.
+await() {
+  local what=$1
+  shift
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      note "last lines of the $unit journal:"
+      journalctl -u "$unit" -n 40 --no-pager >&2 || true
+      fail "timed out after ${JOIN_TIMEOUT}s waiting for $what (journal above)"
+    fi
+    sleep 5
+  done
+}
 
+# RKE2's units are Type=notify without a start timeout: never let systemctl block on them.
 if ! systemctl is-active --quiet "$unit"; then
   if grep -q '^server:' "$etc/config.yaml"; then
-    wait_until "$JOIN_TIMEOUT" "the registration address $REGISTRATION_ADDRESS to answer" ping_registration
+    await "the registration address $REGISTRATION_ADDRESS to answer" ping_registration
   fi
   note "starting $unit (a first server start takes a few minutes)"
-  systemctl start "$unit"
+  systemctl start --no-block "$unit"
   changed "started $unit"
 elif [[ $restart == true ]]; then
-  systemctl restart "$unit"
+  invocation=$(systemctl show -p InvocationID --value "$unit")
+  systemctl restart --no-block "$unit"
   changed "restarted $unit"
+  # Still the old process until the restart job ran: wait for a new invocation.
+  restarted() { [[ "$(systemctl show -p InvocationID --value "$unit")" != "$invocation" ]]; }
+  await "$unit to restart" restarted
 fi
+await "$unit to be active" systemctl is-active --quiet "$unit"
 
-node_registered() {
-  "$KUBECTL" --kubeconfig "$kubelet_kubeconfig" get node "$NODE_NAME"
-}
-wait_until "$JOIN_TIMEOUT" "node $NODE_NAME to register" node_registered
+if [[ $was_ready == true ]]; then
+  await "node $NODE_NAME to be Ready at $RKE2_VERSION" node_ready_at_version
+else
+  await "node $NODE_NAME to register at $RKE2_VERSION" node_at_version
+fi
 if [[ -n $REGISTRATION_ADDRESS ]]; then
-  # On the init server: done only once the registration address (VIP or load balancer) answers.
-  wait_until "$JOIN_TIMEOUT" "the registration address $REGISTRATION_ADDRESS to answer" ping_registration
+  await "the registration address $REGISTRATION_ADDRESS to answer" ping_registration
 fi
 echo "RKE2 $RKE2_VERSION $RKE2_TYPE running on $NODE_NAME; node registered"
