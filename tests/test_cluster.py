@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import shlex
+import subprocess
+import sys
 from functools import cache
 
+import pytest
 import yaml
 
 from components.cluster import GPU_TAINT
+from components.remote import fingerprint
 from stacks import plan as plan_cli
 from stacks.engine import Plan
-from tests.conftest import evaluate, stack_doc
+from tests.conftest import ROOT, evaluate, problems, stack_doc
 
 COMMAND = "command:remote:Command"
 
@@ -69,13 +73,15 @@ def test_init_server_first_then_servers_one_at_a_time(prod_plan):
     assert join_config["server"] == "https://10.20.0.10:9345"
 
 
-def test_agents_wait_for_the_init_server_only(prod_plan):
+def test_agents_wait_for_every_server(prod_plan):
+    # Servers before agents (RKE2's upgrade order, Kubernetes' version skew policy): a version bump
+    # updates cpu-01, cpu-02, cpu-03 one after another, and only then the agents, in parallel.
     cmds = commands(prod_plan)
     servers = {"cpu-01", "cpu-02", "cpu-03"}
     agents = [n["name"] for n in stack_doc("prod")["nodes"] if n["name"] not in servers]
     for agent in agents:
         waits = {d.rsplit("::", 1)[1] for d in cmds[f"{agent}-rke2"]["dependencies"]}
-        assert waits == {f"{agent}-prepare", "cpu-01-rke2", "rke2-token"}, agent
+        assert waits == {f"{agent}-prepare", "cpu-03-rke2", "rke2-token"}, agent
 
 
 def _grow(raw: dict, total: int) -> None:
@@ -96,8 +102,8 @@ def _grow(raw: dict, total: int) -> None:
 def test_longest_chain_does_not_grow_with_the_node_count(prod_plan):
     big = evaluate("prod", lambda raw: _grow(raw, 200))
     assert len(big.by_type(COMMAND)) > len(prod_plan.by_type(COMMAND)) + 400
-    # prepare -> init server -> cpu-02 -> cpu-03 -> membership
-    assert longest_host_chain(prod_plan) == 5
+    # prepare -> init server -> cpu-02 -> cpu-03 -> agent -> membership
+    assert longest_host_chain(prod_plan) == 6
     assert longest_host_chain(big) == longest_host_chain(prod_plan)
 
 
@@ -231,6 +237,15 @@ def test_removal_drains_then_uninstalls_also_on_replace(prod_plan):
     # The membership depends on the RKE2 step, so the engine deletes it first: drain and delete
     # the Node on the init server, then uninstall RKE2 on the host.
     assert rke2["urn"] in membership["dependencies"]
+    # On a replace of the RKE2 step (delete-before-replace) `depends_on` is not enough: the engine
+    # deletes first only the dependents whose replace-on-change inputs depend on it. The
+    # membership's triggers do, so a replace drains and deletes the Node before the uninstall,
+    # then reinstalls and re-labels.
+    assert prod_plan.options[membership["urn"]]["propertyDependencies"]["triggers"] == [rke2["urn"]]
+    # The trigger's value is the membership's own identity hash, as before this dependency existed:
+    # a deployed stack sees no change (no drain of every node on the first up).
+    assert membership["inputs"]["triggers"] == [fingerprint("node-membership.sh", "node-remove.sh", "cpu-30")]
+    assert params_of(rke2["inputs"]["delete"]) == {"NODE_NAME": "cpu-30"}  # the uninstall checks the host
     assert params_of(membership["inputs"]["delete"]) == {"DRAIN": "true", "DRAIN_TIMEOUT": "900", "NODE_NAME": "cpu-30"}
     assert '"$KUBECTL" drain' in membership["inputs"]["delete"]
     assert "rke2-uninstall.sh" in rke2["inputs"]["delete"]
@@ -258,6 +273,8 @@ def test_label_changes_are_reconciled_on_existing_nodes(prod_plan):
 
     relabeled = evaluate("prod", relabel)
     name = stack_doc("prod")["nodes"][40]["name"]
+    # config.yaml holds only registration-time labels: a label edit does not restart RKE2.
+    assert relabeled.named(f"{name}-rke2")["inputs"] == prod_plan.named(f"{name}-rke2")["inputs"]
     params = params_of(relabeled.named(f"{name}-membership")["inputs"]["create"])
     assert "example.com/team=vision" in params["LABELS"].split()
     assert params["TAINTS"] == GPU_TAINT
@@ -267,3 +284,64 @@ def test_label_changes_are_reconciled_on_existing_nodes(prod_plan):
 
 def _doc(plan: Plan) -> dict:
     return {"resources": plan.resources, "outputs": plan.outputs}
+
+
+def test_the_init_server_is_named_and_every_server_knows_the_registration_address(prod_plan):
+    cmds = commands(prod_plan)
+    for server in ("cpu-01", "cpu-02", "cpu-03"):
+        assert params_of(cmds[f"{server}-rke2"]["inputs"]["create"])["REGISTRATION_ADDRESS"] == "10.20.0.10:9345"
+    # No silent default to "the first server listed": reordering nodes cannot make a new init server.
+    assert "cluster.initServer: required; add it" in problems("prod", lambda raw: raw["cluster"].pop("initServer"))
+
+
+def test_a_version_bump_updates_servers_then_agents_in_place(prod_plan):
+    def bump(raw):
+        raw["cluster"]["rke2Version"] = "v1.36.3+rke2r1"
+        raw["cluster"]["deployedRke2Version"] = "v1.35.7+rke2r1"
+
+    bumped = evaluate("prod", bump)
+    result = plan_cli.diff(_doc(prod_plan), _doc(bumped))
+    assert result["added"] == [] and result["removed"] == []
+    changed = {urn.rsplit("::", 1)[1] for urn in result["changed"]}
+    nodes = [n["name"] for n in stack_doc("prod")["nodes"]]
+    assert changed == {f"{n}-rke2" for n in nodes}  # every node restarts once; nothing is replaced
+    for name in changed:
+        assert bumped.named(name)["inputs"]["triggers"] == prod_plan.named(name)["inputs"]["triggers"]
+    # In which order: the server chain, then every agent behind the last server.
+    assert longest_host_chain(bumped) == longest_host_chain(prod_plan)
+
+
+@pytest.mark.parametrize(
+    ("wanted", "message"),
+    [
+        ("v1.34.9+rke2r1", "is older than the deployed 'v1.35.7+rke2r1'; RKE2 does not support downgrades"),
+        ("v1.37.0+rke2r1", "skips minor versions from the deployed 'v1.35.7+rke2r1'"),
+    ],
+)
+def test_downgrade_and_minor_skip_exit_2(tmp_path, wanted, message):
+    doc = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
+    doc["config"]["ml-platform:cluster"].update(rke2Version=wanted, deployedRke2Version="v1.35.7+rke2r1")
+    config = tmp_path / "bumped.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "plan.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "stacks.plan", "prod", "--config", str(config), "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and not out.exists()
+    assert f"cluster.rke2Version: {wanted!r} {message}" in proc.stderr
+
+
+def test_renamed_from_is_checked():
+    def rename_server(raw):
+        raw["nodes"][1]["name"] = "cpu-92"
+        raw["nodes"][1]["renamedFrom"] = "cpu-02"
+
+    assert any("control-plane server; its etcd member cannot be renamed" in p for p in problems("prod", rename_server))
+
+    def keep_both(raw):
+        raw["nodes"][40]["renamedFrom"] = raw["nodes"][41]["name"]
+
+    assert any("is still in nodes" in p for p in problems("prod", keep_both))

@@ -95,10 +95,11 @@ def test_remove_drains_then_deletes(cluster):
     result = cluster.run("node-remove.sh", NODE_NAME="gpu-01", DRAIN="true", DRAIN_TIMEOUT="60")
     assert result.returncode == 0, result.stderr
     calls = [line.split()[0] for line in cluster.log.read_text().splitlines()]
-    assert calls == ["get", "cordon", "drain", "delete"]
-    drain = cluster.log.read_text().splitlines()[2]
+    assert calls == ["get", "cordon", "get", "drain", "delete"]  # the second get reads Ready
+    drain = cluster.log.read_text().splitlines()[3]
     assert "--ignore-daemonsets" in drain and "--timeout=60s" in drain
     assert "--disable-eviction" not in drain and "--force" not in drain  # PodDisruptionBudgets are honoured
+    assert "--skip-wait-for-delete-timeout" not in drain  # a Ready node's pods are waited for
     assert cluster.node("gpu-01") is None
     again = cluster.run("node-remove.sh", NODE_NAME="gpu-01", DRAIN="true", DRAIN_TIMEOUT="60")
     assert again.returncode == 0 and "nothing to do" in again.stdout
@@ -108,8 +109,29 @@ def test_blocked_drain_fails_and_keeps_the_node(tmp_path):
     cluster = FakeCluster(tmp_path, {"cpu-09": blank_node(annotations={"test/drain-blocked": "true"})})
     result = cluster.run("node-remove.sh", NODE_NAME="cpu-09", DRAIN="true", DRAIN_TIMEOUT="60")
     assert result.returncode != 0
-    assert "did not finish in 60s" in result.stderr
+    assert "did not finish in 60s: a PodDisruptionBudget refuses the evictions" in result.stderr
+    assert "violate the pod's disruption budget" in result.stderr  # kubectl's own words are shown
     assert cluster.node("cpu-09")["unschedulable"] is True  # cordoned, not deleted
+
+
+def test_an_unmanaged_pod_is_reported_as_such_not_as_a_budget(tmp_path):
+    cluster = FakeCluster(tmp_path, {"cpu-09": blank_node(annotations={"test/unmanaged-pod": "true"})})
+    result = cluster.run("node-remove.sh", NODE_NAME="cpu-09", DRAIN="true", DRAIN_TIMEOUT="60")
+    assert result.returncode != 0
+    assert "pods without a controller run there" in result.stderr and "default/debug-shell" in result.stderr
+    assert "PodDisruptionBudget" not in result.stderr
+    assert cluster.node("cpu-09") is not None
+
+
+def test_a_not_ready_node_is_drained_without_waiting_for_its_pods(tmp_path):
+    cluster = FakeCluster(tmp_path, {"cpu-09": blank_node(ready=False)})
+    result = cluster.run("node-remove.sh", NODE_NAME="cpu-09", DRAIN="true", DRAIN_TIMEOUT="900")
+    assert result.returncode == 0, result.stderr
+    assert "node cpu-09 is NotReady (Ready=Unknown)" in result.stderr
+    drain = next(line for line in cluster.log.read_text().splitlines() if line.startswith("drain"))
+    # Evictions (and so budgets) still apply; only the wait for pods that cannot report back is cut.
+    assert "--skip-wait-for-delete-timeout=1" in drain and "--disable-eviction" not in drain
+    assert cluster.node("cpu-09") is None
 
 
 def test_teardown_skips_the_drain(cluster):

@@ -14,7 +14,8 @@ import yaml
 from components.cluster import rke2_params
 from components.remote import script_text
 from settings import load
-from tests.conftest import stack_doc
+from tests.conftest import evaluate, stack_doc
+from tests.test_cluster import params_of
 
 STUBS = Path(__file__).parent / "stubs"
 TOKEN = "K10-secret-join-token"
@@ -195,8 +196,6 @@ def test_init_server_starts_without_waiting_and_reports_when_the_endpoint_answer
 
 
 def _plan_params(plan, step: str) -> dict[str, str]:
-    from tests.test_cluster import params_of
-
     return params_of(plan.named(step)["inputs"]["create"])
 
 
@@ -292,3 +291,27 @@ def test_uninstall_keeps_the_etcd_snapshots(host):
     kept = list(host.file("/var/backups/rke2-etcd-snapshots").glob("lab-server-*/etcd-snapshot-lab-server-1763900000"))
     assert len(kept) == 1 and kept[0].read_text() == "etcd data"
     assert "changed: kept the etcd snapshots in /var/backups/rke2-etcd-snapshots/lab-server-" in result.stdout
+
+
+def test_a_rename_leaves_the_live_hosts_rke2_alone(host, lab_plan):
+    # lab-cpu-2 becomes lab-cpu-9 on the same host. `up` creates the new name's steps first, then
+    # runs the old name's recorded deletes against the same address.
+    def rename(raw):
+        node = next(n for n in raw["nodes"] if n["name"] == "lab-cpu-2")
+        node.update(name="lab-cpu-9", renamedFrom="lab-cpu-2")
+
+    renamed = evaluate("lab", rename)
+    new_step = _plan_params(renamed, "lab-cpu-9-rke2")
+    assert new_step["RENAMED_FROM"] == "lab-cpu-2"
+    host.runs_rke2_as("lab-cpu-2")
+    host.register("lab-cpu-9")
+    (host.fake / "ping-ok").touch()
+    assert host.run(new_step).returncode == 0
+    assert host.config()["node-name"] == "lab-cpu-9"
+
+    old_delete = params_of(lab_plan.named("lab-cpu-2-rke2")["inputs"]["delete"])
+    result = host.run(old_delete, script="rke2-uninstall.sh")
+    assert result.returncode == 0, result.stderr
+    assert "refused: this host runs RKE2 as node 'lab-cpu-9', not 'lab-cpu-2'" in result.stdout
+    assert "rke2-uninstall" not in host.calls()
+    assert host.file("/usr/local/bin/rke2-uninstall.sh").exists()
