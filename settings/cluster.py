@@ -73,7 +73,7 @@ class ClusterSettings(Model):
     init_server: Name = Field(
         description="The control-plane node that started the cluster and whose kubeconfig is read. Required "
         "(no default to the first server listed): only its first install may initialise etcd; a reinstall "
-        "joins the running cluster (docs/runbook.md, section 9).",
+        "joins the running cluster (docs/runbook.md, section 14).",
     )
     deployed_rke2_version: Optional[Rke2Version] = Field(
         default=None,

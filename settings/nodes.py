@@ -70,12 +70,12 @@ class NodeSettings(Model):
     labels: dict[LabelKey, LabelValue] = Field(
         default={}, description="Extra node labels, reconciled like the role labels."
     )
-
     renamed_from: Optional[Name] = Field(
         default=None,
         description="The name this agent had until this change, on the same host (address). Without it the RKE2 "
-        "step refuses a host whose RKE2 runs under another node name (docs/runbook.md, section 10).",
+        "step refuses a host whose RKE2 runs under another node name (docs/runbook.md, section 15).",
     )
+
     @property
     def storage_host(self) -> bool:
         return bool(self.osd_devices)

@@ -105,7 +105,7 @@ def _upgrade_problems(s: Settings, add) -> None:
     if rke2_release(wanted) < rke2_release(deployed):
         add(
             f"cluster.rke2Version: {wanted!r} is older than the deployed {deployed!r}; RKE2 does not support "
-            "downgrades: restore an etcd snapshot taken before the upgrade instead (runbook 12)"
+            "downgrades: restore an etcd snapshot taken before the upgrade instead (docs/runbook.md, section 17)"
         )
     elif rke2_release(wanted)[0] > rke2_release(deployed)[0] + 1:
         add(
@@ -127,7 +127,7 @@ def _rename_problems(s: Settings, add) -> None:
         if node.control_plane:
             add(
                 f"nodes[{i}].renamedFrom: {node.name!r} is a control-plane server; its etcd member cannot be "
-                "renamed in place: remove the server and add it under the new name in two changes (runbook 10)"
+                "renamed in place: remove the server and add it under the new name in two changes (docs/runbook.md, section 15)"
             )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from components.cluster import GPU_TAINT
-from components.remote import script_text
+from components.remote import SCRIPTS, script_text
 
 STUB = Path(__file__).parent / "stubs" / "kubectl"
 
@@ -186,3 +186,22 @@ def test_read_kubeconfig_points_at_the_endpoint_and_names_the_cluster(tmp_path):
     assert config["current-context"] == "ml-prod"
     assert config["users"][0]["name"] == "ml-prod"
     assert "get --raw=/readyz" in cluster.log.read_text()  # waited for the API through the endpoint
+
+
+def test_el9_curl_minimal_counts_as_curl(tmp_path):
+    # EL9 ships curl-minimal: `rpm -q curl` is false, and `dnf install curl` then conflicts with it.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "rpm").write_text(
+        '#!/bin/sh\n[ "$2" = --whatprovides ] || exit 1\n'  # only curl-minimal is installed, by that name
+        "case $3 in curl | chrony) exit 0 ;; *) exit 1 ;; esac\n"
+    )
+    (bin_dir / "dnf").write_text(f'#!/bin/sh\necho "dnf $*" >>"{tmp_path}/dnf.log"\n')
+    for tool in ("rpm", "dnf"):
+        (bin_dir / tool).chmod(0o755)
+    program = (SCRIPTS / "lib.sh").read_text() + "ensure_packages rhel curl chrony jq\n"
+    result = subprocess.run(
+        ["bash", "-c", program], env={"PATH": f"{bin_dir}:{os.environ['PATH']}"}, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "dnf.log").read_text() == "dnf install -y -q jq\n"

@@ -68,7 +68,10 @@ class Host:
         bin_dir = self.file("/usr/local/bin")
         bin_dir.mkdir(parents=True, exist_ok=True)
         (bin_dir / "rke2").write_text(f'#!/bin/sh\necho "rke2 version {version} (0000000)"\n')
-        (bin_dir / "rke2-uninstall.sh").write_text(f'#!/bin/sh\necho "rke2-uninstall" >>"{self.fake}/calls.log"\n')
+        (bin_dir / "rke2-uninstall.sh").write_text(
+            f'#!/bin/sh\necho "rke2-uninstall" >>"{self.fake}/calls.log"\n'
+            f"rm -rf '{self.root}/etc/rancher/rke2' '{self.root}/var/lib/rancher/rke2' '{bin_dir}/rke2'\n"
+        )
         for tool in ("rke2", "rke2-uninstall.sh"):
             (bin_dir / tool).chmod(0o755)
         self.file("/etc/rancher/rke2").mkdir(parents=True, exist_ok=True)

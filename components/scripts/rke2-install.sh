@@ -41,7 +41,7 @@ installed=""
 running_as=$(sed -n 's/^node-name: *["'\'']*\([^"'\'' ]*\).*/\1/p' "$etc/config.yaml" 2>/dev/null || true)
 if [[ -n $running_as && $running_as != "$NODE_NAME" && $running_as != "$RENAMED_FROM" ]]; then
   fail "this host runs RKE2 as node '$running_as', not '$NODE_NAME'; changed nothing. If this is a rename, \
-set renamedFrom: $running_as on node $NODE_NAME (runbook 10); otherwise fix the node's address"
+set renamedFrom: $running_as on node $NODE_NAME (docs/runbook.md, section 15); otherwise fix the node's address"
 fi
 
 release() { [[ $1 =~ ^v1\.([0-9]+)\.([0-9]+)\+rke2r([0-9]+)$ ]] && printf '%05d%05d%05d' "${BASH_REMATCH[@]:1:3}"; }
@@ -93,7 +93,7 @@ if systemctl is-active --quiet "$unit" && node_ready >/dev/null 2>&1; then was_r
 
 if [[ $installed != "$RKE2_VERSION" ]]; then
   if [[ -n $installed && $RKE2_TYPE == server && $was_ready == true ]]; then
-    # A way back: the etcd snapshot restores the cluster as it was before this upgrade (runbook 12).
+    # A way back: the etcd snapshot restores the cluster as it was before this upgrade (docs/runbook.md, section 17).
     "$rke2_bin" etcd-snapshot save --name "pre-upgrade-$RKE2_VERSION" >&2
     changed "saved etcd snapshot pre-upgrade-$RKE2_VERSION before upgrading from $installed"
   fi
