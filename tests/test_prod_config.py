@@ -8,7 +8,12 @@ from tests.conftest import stack_doc
 from tests.test_docs import settings_paths
 
 # Optional keys whose absence is the choice (public sources instead of a mirror).
-UNSET_IN_PROD = {"cluster.install.artifactUrl", "cluster.systemDefaultRegistry"}
+UNSET_IN_PROD = {
+    "cluster.install.artifactUrl",
+    "cluster.systemDefaultRegistry",
+    "cluster.deployedRke2Version",  # set only in a change that upgrades RKE2
+    "nodes[].renamedFrom",  # set only in a change that renames a node
+}
 
 
 def present(doc: Any, path: list[str]) -> bool:

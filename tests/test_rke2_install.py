@@ -203,7 +203,7 @@ def _plan_params(plan, step: str) -> dict[str, str]:
 
 
 def test_a_rebuilt_init_server_joins_the_running_cluster(host, lab_plan):
-    # `pulumi up --replace lab-server-rke2` (runbook 9): the uninstall removed the etcd data; the
+    # `pulumi up --replace lab-server-rke2` (runbook section 12): the uninstall removed the etcd data; the
     # cluster still answers at the registration address (the other servers). The init server's own
     # plan step must join it, never initialise a second cluster with the same token and VIP.
     params = _plan_params(lab_plan, "lab-server-rke2")
