@@ -62,7 +62,7 @@ if [[ $RKE2_TYPE == server && -n $REGISTRATION_ADDRESS ]] && ! grep -q '^server:
   # A server once joined stays joined; a server without etcd data joins whenever the cluster is up.
   if grep -q '^server:' "$etc/config.yaml" 2>/dev/null || { [[ ! -d $etcd_data ]] && ping_registration >/dev/null 2>&1; }; then
     note "the cluster at $REGISTRATION_ADDRESS is up: joining it, not initialising a new one"
-    config=$(printf '%s\nserver: https://%s\n' "$config" "$REGISTRATION_ADDRESS")
+    config=$(printf '%s\n%s: https://%s\n' "$config" server "$REGISTRATION_ADDRESS")
   fi
 fi
 
