@@ -104,7 +104,7 @@ def _upgrade_problems(s: Settings, add) -> None:
     if rke2_release(wanted) < rke2_release(deployed):
         add(
             f"cluster.rke2Version: {wanted!r} is older than the deployed {deployed!r}; RKE2 does not support "
-            "downgrades: restore an etcd snapshot taken before the upgrade instead (docs/runbook.md, section 15)"
+            "downgrades: restore an etcd snapshot taken before the upgrade instead (docs/runbook.md, section 17)"
         )
     elif rke2_release(wanted)[0] > rke2_release(deployed)[0] + 1:
         add(
