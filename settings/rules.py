@@ -8,7 +8,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from settings.erasure import ErasureLayout, default_parity, default_set_size, host_range, set_size_problem
-from settings.types import is_kernel_name, looks_like_ipv4
+from settings.types import is_kernel_name, kernel_name_problem, kernel_name_warning, looks_like_ipv4
 
 if TYPE_CHECKING:
     from settings.root import Settings
@@ -39,6 +39,7 @@ def cross_field_problems(s: Settings) -> list[str]:
     _network_problems(s, add)
     _storage_problems(s, add)
     _minio_problems(s, add)
+    _version_problems(s, add)
 
     if not s.ssh.allow_unpinned_host_keys:
         for i, node in enumerate(s.nodes):
@@ -171,6 +172,12 @@ def _node_hardware_problems(s: Settings, add) -> None:
                 if seen[device] > 1:
                     add(f"nodes[{i}].{field}[{j}].device: {device!r} is listed twice on {node.name!r}; list it once")
         for j, dev in enumerate(node.nvme):
+            if dev.format and is_kernel_name(dev.device):
+                add(kernel_name_problem(f"nodes[{i}].nvme[{j}].device", dev.device, "format: true"))
+        for j, osd in enumerate(node.osd_devices):
+            if osd.wipe and is_kernel_name(osd.device):
+                add(kernel_name_problem(f"nodes[{i}].osdDevices[{j}].device", osd.device, "wipe: true"))
+        for j, dev in enumerate(node.nvme):
             if dev.force and not dev.format:
                 add(f"nodes[{i}].nvme[{j}].force: force only applies with format: true; set format: true or drop force")
         # Each tier-1 device is mounted at gpu.tier1.mountRoot/<device basename>: basenames must differ.
@@ -238,8 +245,22 @@ def _network_problems(s: Settings, add) -> None:
                     )
 
 
+RETIRE_TIER2 = "docs/runbook.md, 'Retire tier 2'"
+
+
 def _storage_problems(s: Settings, add) -> None:
     if not s.storage_hosts:
+        # Settings cannot see the stack state, so `storage.ceph.deployed` says that tier 2 exists. Without
+        # it, emptying every osdDevices list (or losing them in an inventory edit) would uninstall the
+        # CephCluster, pools and filesystem in one run; the protected Rook releases would stop that run
+        # half-way, this stops it before anything is planned.
+        if s.storage.ceph.deployed:
+            add(
+                "nodes: no node has osdDevices, but storage.ceph.deployed is true: this would remove every storage "
+                "host of a deployed tier 2 and uninstall its CephCluster with the data on it. If that is not what "
+                f"you meant, restore the osdDevices lists. To retire tier 2, follow {RETIRE_TIER2} (back up, "
+                "delete the PVCs, unprotect the Rook releases), then set storage.ceph.deployed: false"
+            )
         return  # no Ceph tier in this environment
     mons = s.storage.ceph.mon_count
     hosts = len(s.storage_hosts)
@@ -269,14 +290,6 @@ def _storage_problems(s: Settings, add) -> None:
             f"storage.ceph.cephImage: {ceph.ceph_image!r} is not '<repository>:<tag>'; give a pinned tag such as "
             "'quay.io/ceph/ceph:v20.2.4' (the Rook cluster chart takes repository and tag separately)"
         )
-    # The CephTier values are written for the Rook v1.19 charts (CSI tolerations in the operator chart).
-    for field, chart in (("rookCeph", s.charts.rook_ceph), ("rookCephCluster", s.charts.rook_ceph_cluster)):
-        if not re.fullmatch(r"v?1\.19\.\d+", chart.version):
-            add(
-                f"charts.{field}.version: {chart.version!r} is not a Rook v1.19 release; this program configures "
-                "Ceph-CSI through the v1.19 operator chart (v1.20 moved it to the ceph-csi-drivers chart), "
-                "use e.g. 'v1.19.10'"
-            )
     if s.charts.rook_ceph.version != s.charts.rook_ceph_cluster.version:
         add(
             f"charts.rookCephCluster.version: {s.charts.rook_ceph_cluster.version!r} differs from "
@@ -382,3 +395,76 @@ def _backup_source_problems(s: Settings, add) -> None:
     for i, source in enumerate(s.storage.minio.backup.sources):
         if names[source.name] > 1:
             add(f"storage.minio.backup.sources[{i}].name: {source.name!r} is used twice; names must be unique")
+
+
+# Kubernetes minors each chart line supports upstream, with the source. (field, line, lowest, highest,
+# source); `None` where the source states no bound. The CephTier values are written for Rook v1.20
+# (ceph-csi-drivers chart), so another Rook line is refused as well. The GPU Operator and Network Operator
+# platform-support pages were not captured in the reference data this project checks against: they
+# are not in the table yet (docs/hardening.md, "Versions that fit together").
+K8S_SUPPORT: tuple[tuple[str, str, int | None, int | None, str], ...] = (
+    (
+        "rookCeph",
+        "v1.20",
+        31,
+        36,
+        "rook/rook prerequisites.md on the v1.20 line (Kubernetes v1.31-v1.36; research/reliability-security.md 1.1)",
+    ),
+    ("rookCephCluster", "v1.20", 31, 36, "as rookCeph"),
+    (
+        "cilium",
+        "1.19",
+        34,
+        36,
+        "rancher/rke2 charts/chart_versions.yaml: rke2-cilium 1.19.601 in v1.34.10, v1.35.7, v1.36.3",
+    ),
+)
+# Lines the program's values are written for; a chart field listed here must match one of its lines.
+REQUIRED_LINES = {"rookCeph", "rookCephCluster"}
+
+
+def _version_problems(s: Settings, add) -> None:
+    """The RKE2 minor against the Kubernetes range each pinned chart line supports upstream."""
+    minor = int(s.cluster.rke2_version.split(".")[1])
+    versions = {
+        "rookCeph": s.charts.rook_ceph.version,
+        "rookCephCluster": s.charts.rook_ceph_cluster.version,
+        "cilium": s.charts.cilium.version if s.network.cni == "cilium" else None,
+    }
+    for field, version in versions.items():
+        if version is None:
+            continue
+        line = ".".join(version.split(".")[:2])
+        rows = [row for row in K8S_SUPPORT if row[0] == field and row[1] == line]
+        if not rows:
+            if field in REQUIRED_LINES:
+                add(
+                    f"charts.{field}.version: {version!r} is not a Rook v1.20 release; this program configures "
+                    "Ceph-CSI through the ceph-csi-drivers chart that Rook v1.20 introduced, use e.g. 'v1.20.6'"
+                )
+            continue
+        _, _, low, high, source = rows[0]
+        if (low is not None and minor < low) or (high is not None and minor > high):
+            add(
+                f"cluster.rke2Version: {s.cluster.rke2_version!r} is Kubernetes 1.{minor}, but charts.{field}.version "
+                f"{version!r} supports Kubernetes 1.{low}-1.{high} ({source}); pick an RKE2 release in that range "
+                "or a chart release that supports it"
+            )
+
+
+def settings_warnings(s: Settings) -> list[str]:
+    """Not errors, but worth an operator's look; `pulumi up` and the offline plan print them."""
+    warnings: list[str] = []
+    for i, node in enumerate(s.nodes):
+        for j, dev in enumerate(node.nvme):
+            if not dev.format and is_kernel_name(dev.device):
+                warnings.append(kernel_name_warning(f"nodes[{i}].nvme[{j}].device", dev.device))
+        for j, osd in enumerate(node.osd_devices):
+            if not osd.wipe and is_kernel_name(osd.device):
+                warnings.append(kernel_name_warning(f"nodes[{i}].osdDevices[{j}].device", osd.device))
+    if s.storage_hosts and not s.storage.ceph.deployed:
+        warnings.append(
+            "storage.ceph.deployed: false while nodes list osdDevices; once tier 2 is up, set it true so that "
+            "settings refuse an edit that would remove every storage host"
+        )
+    return warnings
