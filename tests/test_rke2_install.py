@@ -259,7 +259,7 @@ def test_a_host_running_another_node_is_refused_unless_renamed(host):
 
 @pytest.mark.parametrize(
     ("installed", "wanted", "why"),
-    [("v1.35.7+rke2r1", "v1.35.6+rke2r1", "downgrade"), ("v1.35.7+rke2r1", "v1.37.1+rke2r1", "skips a minor")],
+    [("v1.35.7+rke2r1", "v1.35.6+rke2r1", "downgrade"), ("v1.33.5+rke2r1", "v1.35.7+rke2r1", "skips a minor")],
 )
 def test_downgrades_and_minor_skips_are_refused_on_the_host(host, installed, wanted, why):
     host.runs_rke2_as("lab-gpu", version=installed)
