@@ -1,29 +1,503 @@
-"""SchedulingStack: Volcano (gang scheduling) and Kueue (team queues, fair sharing, preemption).
+"""SchedulingStack: Kueue owns quota and admission; Volcano only places gangs; teams get queues and credentials.
 
-Not built yet: the component registers itself and nothing else until its issue is done.
+Who decides what (docs/scheduling.md):
+- Kueue decides *whether and when* a workload runs. Every team is a ClusterQueue in one cohort with
+  nominal quotas per ResourceFlavor; fair sharing divides idle quota; a workload is admitted (its Job
+  unsuspended) only when it fits. `waitForPodsReady` evicts and requeues (with backoff) an admitted
+  workload whose pods do not all start in time, e.g. a gang Volcano cannot place.
+- Volcano decides *where*, all pods at once (gang). It has its single permissive `default` queue (the
+  scheduler creates it at start, no capability) and a scheduler configuration without the `preempt`
+  and `reclaim` actions: it never evicts. A Volcano queue with capacity would be a second quota that
+  disagrees with Kueue's (jobs admitted by Kueue stuck Pending in Volcano), so there is none.
+- Kueue and Volcano have no supported integration (research wave2 part A.3): jobs that Kueue suspends
+  (batch/Job, JobSet, PyTorchJob, RayJob) create no pods and so no Volcano PodGroup until admitted.
+
+Flavors come from the inventory: `cpu` (CPU nodes) first, then one per GPU model present. A GPU flavor
+carries the GPU taint in `nodeTaints` and no `tolerations`: Kueue gives it only to workloads that
+tolerate the taint, so a CPU-only job can never take GPU-node quota, whatever the order or load. (With
+flavor `tolerations` Kueue ignores `nodeTaints` at admission, and a CPU-only job would spill onto the
+GPU flavor when the cpu flavor is full.) GPU pods carry the toleration anyway (DESIGN.md).
+
+Per team: namespaces (Pod Security level, team label, Kueue-managed label), a LocalQueue `default` in
+each, a Role with RoleBindings for the team's groups and its CI ServiceAccount, a LimitRange (default
+requests, so no pod escapes Kueue's accounting with zero requests), an object-count ResourceQuota (no
+compute quota: Kueue is the only quota owner), optionally an admission policy limiting the priority
+classes its workloads may name, and a kubeconfig for its CI from a service-account token.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence  # noqa: F401
+import base64
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
+import yaml
 
-from settings import Charts, SchedulingSettings
+from components.cluster import GPU_TAINT, ROLE_LABEL, node_labels
+from components.helm import release
+from settings import Charts, NodeSettings, SchedulingSettings
+from settings.nodes import TOPOLOGY_LABELS
+from settings.scheduling import CPU_FLAVOR, FlavorQuota, ResourceLimit, Team, gpu_flavor_name
+
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_MODEL_LABEL = "ml-platform.io/gpu-model"
+TEAM_LABEL = "ml-platform.io/team"
+# Kueue manages jobs only in namespaces with this label (opt-in: system namespaces are never managed).
+MANAGED_LABEL = "ml-platform.io/kueue-managed"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+LOCAL_QUEUE = "default"  # Kueue's LocalQueueDefaulting: jobs without a queue label land here
+TEAM_ROLE = "team-member"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+TOPOLOGY = "ib-fabric"
+COVERED_RESOURCES = ["cpu", "memory", GPU_RESOURCE]
+
+# The chart's own manager configuration (charts/kueue values.yaml at 0.19.2) that an override must keep:
+# the probe, metrics and webhook ports the chart's Deployment and Services point at, leader election.
+KUEUE_CHART_MANAGER_CONFIG: dict[str, Any] = {
+    "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+    "kind": "Configuration",
+    "health": {"healthProbeBindAddress": ":8081"},
+    "metrics": {"bindAddress": ":8443"},
+    "webhook": {"port": 9443},
+    "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+    "controller": {
+        "groupKindConcurrency": {
+            "Job.batch": 5,
+            "Pod": 5,
+            "Workload.kueue.x-k8s.io": 10,
+            "LocalQueue.kueue.x-k8s.io": 5,
+            "ClusterQueue.kueue.x-k8s.io": 5,
+            "ResourceFlavor.kueue.x-k8s.io": 1,
+        }
+    },
+    "clientConnection": {"qps": 300, "burst": 500},
+}
+KUEUE_FRAMEWORKS = [
+    "batch/job",
+    "jobset.x-k8s.io/jobset",
+    "kubeflow.org/pytorchjob",
+    "ray.io/rayjob",
+    "ray.io/raycluster",
+    "pod",  # plain pods and pod groups (`kueue.x-k8s.io/pod-group-name`)
+]
+
+# Volcano's scheduler: the chart default (installer/helm/chart/volcano/config/volcano-scheduler.conf at
+# v1.15.1) without change but stated here, so that no `preempt` or `reclaim` action can slip in: Volcano
+# places, it never evicts. Kueue is the only preemptor.
+VOLCANO_SCHEDULER_CONF = {
+    "actions": "enqueue, allocate, backfill",
+    "tiers": [
+        {
+            "plugins": [
+                {"name": "priority"},
+                {"name": "gang", "enablePreemptable": False},
+                {"name": "conformance"},
+            ]
+        },
+        {
+            "plugins": [
+                {"name": "overcommit"},
+                {"name": "drf", "enablePreemptable": False},
+                {"name": "predicates"},
+                {"name": "proportion"},
+                {"name": "nodeorder"},
+                {"name": "binpack"},
+            ]
+        },
+    ],
+}
+
+# What a team may do in its own namespaces: run and inspect its workloads. Nothing cluster-scoped, no
+# RBAC, quota, LimitRange or LocalQueue changes (those are the platform's, from the settings).
+TEAM_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": [""],
+        "resources": ["pods", "services", "configmaps", "secrets", "persistentvolumeclaims"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["pods/log", "events"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/exec", "pods/portforward"], "verbs": ["create"]},
+    {
+        "apiGroups": ["batch", "jobset.x-k8s.io", "kubeflow.org", "ray.io"],
+        "resources": ["jobs", "cronjobs", "jobsets", "pytorchjobs", "rayjobs", "rayclusters"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {
+        "apiGroups": ["kueue.x-k8s.io", "scheduling.volcano.sh"],
+        "resources": ["workloads", "localqueues", "podgroups"],
+        "verbs": ["get", "list", "watch"],
+    },
+]
+# Containers without requests would count as zero against Kueue's quota: give them defaults.
+LIMIT_RANGE_DEFAULTS = {"defaultRequest": {"cpu": "1", "memory": "2Gi"}, "default": {"memory": "2Gi"}}
+# Object counts only; compute quota is Kueue's alone.
+OBJECT_QUOTA = {"services.loadbalancers": "0", "services.nodeports": "0", "persistentvolumeclaims": "200"}
 
 
 @dataclass(frozen=True)
 class SchedulingStackArgs:
     scheduling: SchedulingSettings
     charts: Charts
+    nodes: Sequence[NodeSettings]
+    api_url: str
+    # Extended resources Kueue does not account (e.g. `rdma/ib`: a shared device, not a quota).
+    unaccounted_resources: Sequence[str]
     provider: k8s.Provider
     cluster_ready: Sequence[pulumi.Resource]
 
 
 class SchedulingStack(pulumi.ComponentResource):
+    """Volcano and Kueue releases, flavors, priority classes and every team's queue and credentials."""
+
+    team_namespaces: dict[str, list[str]]
+    team_local_queues: dict[str, str]
+    team_cluster_queues: dict[str, str]
+    team_kubeconfigs: pulumi.Output[dict[str, str]]
+    """Per team, a kubeconfig for its CI ServiceAccount (secret)."""
+    priority_classes: list[str]
+
     def __init__(self, name: str, args: SchedulingStackArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("mlplatform:scheduling:SchedulingStack", name, None, opts)
-        self.register_outputs({})
+        sched = args.scheduling
+        self._name, self._args = name, args
+        volcano = release(
+            f"{name}-volcano",
+            args.charts.volcano,
+            release_name="volcano",
+            namespace=sched.volcano_namespace,
+            values=volcano_values(),
+            provider=args.provider,
+            parent=self,
+            depends_on=args.cluster_ready,
+        )
+        self._kueue = release(
+            f"{name}-kueue",
+            args.charts.kueue,
+            release_name="kueue",
+            namespace=sched.kueue_namespace,
+            values=kueue_values(sched, args.unaccounted_resources),
+            provider=args.provider,
+            parent=self,
+            depends_on=args.cluster_ready,
+        )
+        self._crs = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[self._kueue, volcano])
+        topology = kueue_topology(args.nodes)
+        if topology is not None:
+            self._custom("Topology", TOPOLOGY, topology)
+        for flavor in resource_flavors(args.nodes):
+            self._custom("ResourceFlavor", flavor["name"], flavor["spec"])
+        for pc in sched.priority_classes:
+            WorkloadPriorityClass(
+                f"{name}-priority-{pc.name}",
+                metadata={"name": pc.name},
+                value=pc.value,
+                description=pc.description,
+                opts=self._crs,
+            )
+
+        self.team_namespaces = {t.name: t.namespace_names for t in sched.teams}
+        self.team_local_queues = {t.name: LOCAL_QUEUE for t in sched.teams}
+        self.team_cluster_queues = {t.name: t.name for t in sched.teams}
+        self.priority_classes = [pc.name for pc in sched.priority_classes]
+        kubeconfigs = {team.name: self._team(team) for team in sched.teams}
+        self.team_kubeconfigs = pulumi.Output.secret(pulumi.Output.all(**kubeconfigs)) if kubeconfigs else {}
+        self.register_outputs(
+            {
+                "teamNamespaces": self.team_namespaces,
+                "teamClusterQueues": self.team_cluster_queues,
+                "teamKubeconfigs": self.team_kubeconfigs,
+            }
+        )
+
+    def _custom(self, kind: str, name: str, spec: dict[str, Any], namespace: Optional[str] = None, **opts: Any):
+        metadata = {"name": name, **({"namespace": namespace} if namespace else {})}
+        return k8s.apiextensions.CustomResource(
+            f"{self._name}-{kind.lower()}-{namespace + '-' if namespace else ''}{name}",
+            api_version=KUEUE_API,
+            kind=kind,
+            metadata=metadata,
+            spec=spec,
+            opts=pulumi.ResourceOptions.merge(self._crs, pulumi.ResourceOptions(**opts)),
+        )
+
+    def _team(self, team: Team) -> pulumi.Output[str]:
+        """Every object of one team; returns the kubeconfig of its CI ServiceAccount."""
+        args, prefix = self._args, f"{self._name}-team-{team.name}"
+        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.cluster_ready))
+        cluster_queue = self._custom("ClusterQueue", team.name, cluster_queue_spec(team, args.scheduling, args.nodes))
+        ci_namespace = team.namespace_names[0]
+        account = f"{team.name}-ci"
+        namespaces = {}
+        for ns in team.namespace_names:
+            namespaces[ns] = k8s.core.v1.Namespace(
+                f"{prefix}-ns-{ns}",
+                metadata={"name": ns, "labels": namespace_labels(team)},
+                opts=k8s_opts,
+            )
+            in_ns = pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=[namespaces[ns]]))
+            self._custom(
+                "LocalQueue",
+                LOCAL_QUEUE,
+                {"clusterQueue": team.name},
+                namespace=ns,
+                depends_on=[cluster_queue, namespaces[ns]],
+            )
+            k8s.rbac.v1.Role(f"{prefix}-role-{ns}", metadata={"name": TEAM_ROLE, "namespace": ns}, rules=TEAM_RULES, opts=in_ns)
+            k8s.rbac.v1.RoleBinding(
+                f"{prefix}-binding-{ns}",
+                metadata={"name": TEAM_ROLE, "namespace": ns},
+                role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TEAM_ROLE},
+                subjects=team_subjects(team, account, ci_namespace),
+                opts=in_ns,
+            )
+            k8s.core.v1.LimitRange(
+                f"{prefix}-limits-{ns}",
+                metadata={"name": "defaults", "namespace": ns},
+                spec={"limits": [{"type": "Container", **LIMIT_RANGE_DEFAULTS}]},
+                opts=in_ns,
+            )
+            k8s.core.v1.ResourceQuota(
+                f"{prefix}-objects-{ns}",
+                metadata={"name": "objects", "namespace": ns},
+                spec={"hard": OBJECT_QUOTA},
+                opts=in_ns,
+            )
+        if team.priority_classes:
+            self._priority_policy(team, prefix, k8s_opts)
+        return self._ci_kubeconfig(team, account, ci_namespace, namespaces[ci_namespace], k8s_opts)
+
+    def _priority_policy(self, team: Team, prefix: str, opts: pulumi.ResourceOptions) -> None:
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{prefix}-priority-policy",
+            metadata={"name": f"{team.name}-priority-classes"},
+            spec=priority_policy_spec(team),
+            opts=opts,
+        )
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{prefix}-priority-binding",
+            metadata={"name": f"{team.name}-priority-classes"},
+            spec={
+                "policyName": f"{team.name}-priority-classes",
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {TEAM_LABEL: team.name}}},
+            },
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[policy])),
+        )
+
+    def _ci_kubeconfig(
+        self, team: Team, account: str, namespace: str, ns: pulumi.Resource, opts: pulumi.ResourceOptions
+    ) -> pulumi.Output[str]:
+        prefix = f"{self._name}-team-{team.name}"
+        sa = k8s.core.v1.ServiceAccount(
+            f"{prefix}-ci",
+            metadata={"name": account, "namespace": namespace},
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[ns])),
+        )
+        # A long-lived token Secret: the token controller fills `token` and `ca.crt`, and the provider
+        # waits for them (pulumi-kubernetes#2048). Deleting the Secret revokes the token.
+        token = k8s.core.v1.Secret(
+            f"{prefix}-ci-token",
+            metadata={
+                "name": f"{account}-token",
+                "namespace": namespace,
+                "annotations": {"kubernetes.io/service-account.name": account},
+            },
+            type="kubernetes.io/service-account-token",
+            opts=pulumi.ResourceOptions.merge(
+                opts, pulumi.ResourceOptions(depends_on=[sa], additional_secret_outputs=["data"])
+            ),
+        )
+        cluster = self._args.api_url
+        return pulumi.Output.secret(token.data).apply(lambda data: team_kubeconfig(team.name, namespace, cluster, data))
+
+
+class WorkloadPriorityClass(pulumi.CustomResource):
+    """Kueue's WorkloadPriorityClass keeps `value` and `description` at the top level, which
+    `apiextensions.CustomResource` (only `spec`) cannot express; the provider takes the object as given."""
+
+    def __init__(
+        self, name: str, *, metadata: dict[str, Any], value: int, description: str, opts: pulumi.ResourceOptions
+    ) -> None:
+        props = {
+            "apiVersion": KUEUE_API,
+            "kind": "WorkloadPriorityClass",
+            "metadata": metadata,
+            "value": value,
+            "description": description,
+        }
+        super().__init__(f"kubernetes:{KUEUE_API}:WorkloadPriorityClass", name, props, opts)
+
+
+def kueue_manager_config(sched: SchedulingSettings, unaccounted_resources: Sequence[str]) -> dict[str, Any]:
+    """Kueue's `Configuration` (config.kueue.x-k8s.io/v1beta2): the chart's own, plus what this platform needs."""
+    wait = sched.wait_for_pods_ready
+    requeuing: dict[str, Any] = {
+        "timestamp": "Eviction",
+        "backoffBaseSeconds": wait.backoff_base_seconds,
+        "backoffMaxSeconds": wait.backoff_max_seconds,
+    }
+    if wait.backoff_limit_count is not None:
+        requeuing["backoffLimitCount"] = wait.backoff_limit_count
+    config = {
+        **KUEUE_CHART_MANAGER_CONFIG,
+        # Every job in a team namespace is managed, with or without a queue label (it then lands in the
+        # namespace's `default` LocalQueue): a job cannot bypass its team's quota by omitting the label.
+        "manageJobsWithoutQueueName": True,
+        "managedJobsNamespaceSelector": {"matchLabels": {MANAGED_LABEL: "true"}},
+        "waitForPodsReady": {
+            "timeout": f"{wait.timeout_seconds}s",
+            "blockAdmission": False,
+            "requeuingStrategy": requeuing,
+        },
+        "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]},
+        "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+    }
+    if unaccounted_resources:
+        # Without this, a pod requesting `rdma/ib` is inadmissible: no ClusterQueue covers it.
+        config["resources"] = {"excludeResourcePrefixes": list(unaccounted_resources)}
+    return config
+
+
+def kueue_values(sched: SchedulingSettings, unaccounted_resources: Sequence[str]) -> dict[str, Any]:
+    """Values of the kueue chart; every key exists in its values.yaml at the pinned version."""
+    config = yaml.safe_dump(kueue_manager_config(sched, unaccounted_resources), sort_keys=False)
+    return {"managerConfig": {"controllerManagerConfigYaml": config}}
+
+
+def volcano_values() -> dict[str, Any]:
+    """Values of the volcano chart; every key exists in its values.yaml at the pinned version."""
+    return {"custom": {"scheduler_config_override": yaml.safe_dump(VOLCANO_SCHEDULER_CONF, sort_keys=False)}}
+
+
+def resource_flavors(nodes: Sequence[NodeSettings]) -> list[dict[str, Any]]:
+    """`cpu` first, then one flavor per GPU model present (sorted): the order ClusterQueues list them."""
+    flavors: list[dict[str, Any]] = []
+    if any(n.role == "cpu" for n in nodes):
+        flavors.append({"name": CPU_FLAVOR, "spec": {"nodeLabels": {ROLE_LABEL: "cpu"}}})
+    gpu_nodes = [n for n in nodes if n.role == "gpu" and n.gpu is not None]
+    models = sorted({gpu_flavor_name(n.gpu.model): n for n in gpu_nodes}.items())
+    for flavor, node in models:
+        key, value, effect = _taint_parts(GPU_TAINT)
+        spec: dict[str, Any] = {
+            # The labels the bootstrap sets on the node (components/cluster.py), injected into admitted pods.
+            "nodeLabels": {ROLE_LABEL: "gpu", GPU_MODEL_LABEL: node_labels(node)[GPU_MODEL_LABEL]},
+            "nodeTaints": [{"key": key, "value": value, "effect": effect}],
+        }
+        if all(n.topology is not None for n in gpu_nodes):
+            spec["topologyName"] = TOPOLOGY
+        flavors.append({"name": flavor, "spec": spec})
+    return flavors
+
+
+def _taint_parts(taint: str) -> tuple[str, str, str]:
+    key_value, effect = taint.rsplit(":", 1)
+    key, _, value = key_value.partition("=")
+    return key, value, effect
+
+
+def kueue_topology(nodes: Sequence[NodeSettings]) -> Optional[dict[str, Any]]:
+    """The IB fabric as a Kueue Topology (block > rack > host) when the GPU nodes carry a topology."""
+    gpu_nodes = [n for n in nodes if n.role == "gpu"]
+    if not gpu_nodes or any(n.topology is None for n in gpu_nodes):
+        return None
+    levels = [TOPOLOGY_LABELS["block"], TOPOLOGY_LABELS["rack"], HOSTNAME_LABEL]
+    return {"levels": [{"nodeLabel": label} for label in levels]}
+
+
+def _resource(name: str, nominal: Any, borrowing: Optional[ResourceLimit], lending: Optional[ResourceLimit]):
+    field = {"cpu": "cpu", "memory": "memory", GPU_RESOURCE: "gpus"}[name]
+    entry: dict[str, Any] = {"name": name, "nominalQuota": str(nominal)}
+    for key, limit in (("borrowingLimit", borrowing), ("lendingLimit", lending)):
+        value = getattr(limit, field) if limit is not None else None
+        if value is not None:
+            entry[key] = str(value)
+    return entry
+
+
+def _flavor_quota(flavor: str, quota: FlavorQuota) -> dict[str, Any]:
+    nominal = {"cpu": quota.cpu, "memory": quota.memory, GPU_RESOURCE: quota.gpus}
+    return {
+        "name": flavor,
+        "resources": [_resource(r, nominal[r], quota.borrowing_limit, quota.lending_limit) for r in COVERED_RESOURCES],
+    }
+
+
+def cluster_queue_spec(team: Team, sched: SchedulingSettings, nodes: Sequence[NodeSettings]) -> dict[str, Any]:
+    """The team's ClusterQueue (v1beta2): its flavors in the platform's order, each with every covered resource."""
+    order = [f["name"] for f in resource_flavors(nodes)]
+    flavors = [_flavor_quota(f, team.quotas[f]) for f in order if f in team.quotas]
+    spec: dict[str, Any] = {
+        "namespaceSelector": {"matchLabels": {TEAM_LABEL: team.name}},
+        "queueingStrategy": "BestEffortFIFO",
+        "fairSharing": {"weight": str(team.fair_sharing_weight)},
+        # Nominal quota is a guarantee: a team reclaims what others borrowed from it, whatever their
+        # priority; inside its own queue, higher priority preempts lower. (borrowWithinCohort is not
+        # allowed with fair sharing.)
+        "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+        "resourceGroups": [{"coveredResources": list(COVERED_RESOURCES), "flavors": flavors}],
+    }
+    if sched.cohort is not None:
+        spec["cohortName"] = sched.cohort
+    return spec
+
+
+def namespace_labels(team: Team) -> dict[str, str]:
+    return {
+        TEAM_LABEL: team.name,
+        MANAGED_LABEL: "true",
+        "pod-security.kubernetes.io/enforce": team.pod_security,
+        "pod-security.kubernetes.io/enforce-version": "latest",
+        "pod-security.kubernetes.io/warn": team.pod_security,
+    }
+
+
+def team_subjects(team: Team, account: str, ci_namespace: str) -> list[dict[str, str]]:
+    groups = [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": g} for g in team.groups]
+    return [*groups, {"kind": "ServiceAccount", "name": account, "namespace": ci_namespace}]
+
+
+def priority_policy_spec(team: Team) -> dict[str, Any]:
+    """Admission refuses a workload of the team that names a priority class the team may not use."""
+    allowed = ", ".join(f"'{c}'" for c in team.priority_classes)
+    label = f"object.metadata.labels['{PRIORITY_LABEL}']"
+    return {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": ["batch", "jobset.x-k8s.io", "kubeflow.org", "ray.io", ""],
+                    "apiVersions": ["*"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": ["jobs", "jobsets", "pytorchjobs", "rayjobs", "rayclusters", "pods"],
+                }
+            ]
+        },
+        "validations": [
+            {
+                "expression": f"!has(object.metadata.labels) || !('{PRIORITY_LABEL}' in object.metadata.labels)"
+                f" || {label} in [{allowed}]",
+                "message": f"team {team.name} may use the priority classes {', '.join(team.priority_classes)} only",
+            }
+        ],
+    }
+
+
+def team_kubeconfig(team: str, namespace: str, server: str, data: Optional[dict[str, str]]) -> str:
+    """A kubeconfig for the team's CI: the API endpoint, the cluster CA and the ServiceAccount token
+    (both from the token Secret's base64 `data`)."""
+    data = data or {}
+    token = base64.b64decode(data.get("token", "")).decode()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "ml-platform", "cluster": {"server": server, "certificate-authority-data": data.get("ca.crt", "")}}],
+        "users": [{"name": f"{team}-ci", "user": {"token": token}}],
+        "contexts": [{"name": team, "context": {"cluster": "ml-platform", "user": f"{team}-ci", "namespace": namespace}}],
+        "current-context": team,
+    }
+    return yaml.safe_dump(config, sort_keys=False)

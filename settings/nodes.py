@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from settings.types import DevicePath, HostKey, IPv4, LabelKey, LabelValue, Model, Name
 
@@ -49,6 +49,18 @@ class OsdDevice(Model):
     )
 
 
+# Node labels of the InfiniBand topology (`topology`); Kueue's Topology lists them as its levels.
+TOPOLOGY_LABELS = {"block": "ml-platform.io/ib-block", "rack": "ml-platform.io/ib-rack"}
+
+
+class Topology(Model):
+    """Where a GPU node sits in the InfiniBand fabric: nodes in one block share a spine group, nodes in
+    one rack a leaf switch."""
+
+    block: LabelValue = Field(description="IB block (spine group) of the node; node label `ml-platform.io/ib-block`")
+    rack: LabelValue = Field(description="IB rack (leaf switch) of the node; node label `ml-platform.io/ib-rack`")
+
+
 class NodeSettings(Model):
     name: Name = Field(description="Node and host name; unique.")
     address: IPv4 = Field(description="Ethernet IPv4 address (SSH, RKE2 `node-ip`); unique.")
@@ -75,6 +87,21 @@ class NodeSettings(Model):
         description="The name this agent had until this change, on the same host (address). Without it the RKE2 "
         "step refuses a host whose RKE2 runs under another node name (docs/runbook.md, section 15).",
     )
+    topology: Optional[Topology] = Field(
+        default=None, description="InfiniBand block and rack; become node labels and a Kueue Topology"
+    )
+
+    @model_validator(mode="after")
+    def _topology_becomes_labels(self) -> NodeSettings:
+        # The topology reaches the node through `labels`, which the bootstrap applies (RKE2 at
+        # registration, the membership step afterwards), so no other code needs to know about it.
+        if self.topology is not None:
+            topology = {label: getattr(self.topology, key) for key, label in TOPOLOGY_LABELS.items()}
+            clash = [k for k, v in topology.items() if self.labels.get(k, v) != v]
+            if clash:
+                raise ValueError(f"labels.{clash[0]}: differs from topology; set the topology only in `topology`")
+            object.__setattr__(self, "labels", {**self.labels, **topology})
+        return self
 
     @property
     def storage_host(self) -> bool:

@@ -1,12 +1,136 @@
-"""`ml-platform:scheduling`: Kueue (quota and admission) and Volcano (gang placement)."""
+"""`ml-platform:scheduling`: Kueue (quota and admission) and Volcano (gang placement), and the teams.
+
+Kueue is the only quota owner: every team is a ClusterQueue in one cohort with nominal quotas per
+ResourceFlavor. Flavors come from the inventory: `cpu` for the CPU nodes and one per GPU model
+present (`gpu_flavor_name`), so teams name flavors here by those names.
+"""
 
 from __future__ import annotations
 
-from pydantic import Field
+import re
+from typing import Annotated, Literal, Optional
+
+from pydantic import AfterValidator, Field
 
 from settings.types import Model, Name
+
+CPU_FLAVOR = "cpu"
+
+
+def gpu_flavor_name(model: str) -> str:
+    """The ResourceFlavor name of a GPU model: `NVIDIA H100 80GB HBM3` -> `nvidia-h100-80gb-hbm3`."""
+    return re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")[:63].rstrip("-")
+
+
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$")
+
+
+def _quantity(value: str) -> str:
+    if not _QUANTITY.match(value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity; write e.g. '512Gi', '2Ti' or '64'")
+    return value
+
+
+Quantity = Annotated[str, AfterValidator(_quantity)]
+
+
+class ResourceLimit(Model):
+    """A borrowing or lending limit per resource; an unset resource has no limit."""
+
+    gpus: Optional[int] = Field(default=None, ge=0, description="`nvidia.com/gpu` (time-sliced replicas count)")
+    cpu: Optional[int] = Field(default=None, ge=0, description="CPU cores")
+    memory: Optional[Quantity] = Field(default=None, description="memory quantity, e.g. `512Gi`")
+
+
+class FlavorQuota(Model):
+    """A team's nominal quota on one flavor: what it is guaranteed there."""
+
+    gpus: int = Field(
+        default=0,
+        ge=0,
+        description="nominal `nvidia.com/gpu` on this flavor (time-sliced replicas when time-slicing is on); "
+        "0 on the `cpu` flavor",
+    )
+    cpu: int = Field(ge=0, description="nominal CPU cores on this flavor's nodes")
+    memory: Quantity = Field(description="nominal memory on this flavor's nodes, e.g. `2Ti`")
+    borrowing_limit: Optional[ResourceLimit] = Field(
+        default=None,
+        description="at most this much above nominal may be borrowed from the cohort (unset: no limit; "
+        "needs `scheduling.cohort`)",
+    )
+    lending_limit: Optional[ResourceLimit] = Field(
+        default=None,
+        description="at most this much of the nominal quota is lent to the cohort (unset: all of it; "
+        "needs `scheduling.cohort`)",
+    )
+
+
+class Team(Model):
+    """One team: its namespaces, queue, quota per flavor and the groups that may use it."""
+
+    name: Name = Field(description="team name: ClusterQueue name and default namespace")
+    namespaces: list[Name] = Field(
+        default=[], description="the team's namespaces (default: one named like the team)"
+    )
+    groups: list[str] = Field(
+        default=[], description="identity-provider groups bound to the team's role in its namespaces"
+    )
+    quotas: dict[Name, FlavorQuota] = Field(
+        min_length=1, description="nominal quota per flavor name (`cpu`, or a GPU model's flavor)"
+    )
+    fair_sharing_weight: int = Field(
+        default=1, ge=0, le=1000, description="share of the cohort's unused quota relative to other teams"
+    )
+    pod_security: Literal["restricted", "baseline", "privileged"] = Field(
+        default="baseline",
+        description="Pod Security Standard enforced on the team's namespaces; `privileged` only for RDMA",
+    )
+    priority_classes: list[Name] = Field(
+        default=[],
+        description="the priority classes the team's workloads may name (admission refuses others; default: all)",
+    )
+    rdma: bool = Field(
+        default=False, description="the team runs RDMA pods (they add IPC_LOCK: needs podSecurity privileged)"
+    )
+
+    @property
+    def namespace_names(self) -> list[str]:
+        return list(self.namespaces) or [self.name]
+
+
+class PriorityClass(Model):
+    name: Name = Field(description="WorkloadPriorityClass name (job label `kueue.x-k8s.io/priority-class`)")
+    value: int = Field(ge=-(2**31), le=2**31 - 1, description="higher is admitted first and may preempt lower")
+    description: str = Field(default="", max_length=2048, description="what the class is for")
+
+
+class WaitForPodsReady(Model):
+    """Kueue evicts an admitted workload whose pods are not all ready in time (e.g. a gang that
+    Volcano cannot place) and requeues it with exponential backoff."""
+
+    timeout_seconds: int = Field(default=900, ge=30, description="time for all pods to become ready")
+    backoff_base_seconds: int = Field(default=60, ge=1, description="first requeue delay, doubled per eviction")
+    backoff_max_seconds: int = Field(default=3600, ge=1, description="longest requeue delay")
+    backoff_limit_count: Optional[int] = Field(
+        default=None, ge=0, description="requeues before the workload is deactivated (unset: forever)"
+    )
 
 
 class SchedulingSettings(Model):
     volcano_namespace: Name = Field(default="volcano-system", description="Namespace of Volcano.")
     kueue_namespace: Name = Field(default="kueue-system", description="Namespace of Kueue.")
+    cohort: Optional[Name] = Field(
+        default="ml-platform",
+        description="the cohort every team's ClusterQueue joins (borrowing idle quota); null: no borrowing",
+    )
+    allow_overcommit: bool = Field(
+        default=False,
+        description="allow nominal GPU quotas to add up to more than a flavor's schedulable GPUs",
+    )
+    wait_for_pods_ready: WaitForPodsReady = Field(
+        default=WaitForPodsReady(), description="eviction and requeue of admitted workloads whose pods never start"
+    )
+    priority_classes: list[PriorityClass] = Field(
+        default=[], description="WorkloadPriorityClasses jobs may name in `kueue.x-k8s.io/priority-class`"
+    )
+    teams: list[Team] = Field(default=[], description="the teams sharing the cluster, one block each")

@@ -96,6 +96,27 @@ CONTRACT: tuple[OutputSpec, ...] = (
         True,
         "The RKE2 server token: restoring an etcd snapshot (cluster-reset) needs it. Keep a copy offline.",
     ),
+    OutputSpec("teamNamespaces", "map[list[string]]", False, "Per team (`scheduling.teams`), its namespaces."),
+    OutputSpec(
+        "teamLocalQueues",
+        "map[string]",
+        False,
+        "Per team, the LocalQueue in each of its namespaces (`default`; jobs without a queue label land there).",
+    ),
+    OutputSpec("teamClusterQueues", "map[string]", False, "Per team, its Kueue ClusterQueue (quota, cohort)."),
+    OutputSpec(
+        "teamKubeconfigs",
+        "map[string]",
+        True,
+        "Per team, a kubeconfig for its CI: a ServiceAccount token valid in the team's namespaces only, the API "
+        "endpoint and CA. Secret.",
+    ),
+    OutputSpec(
+        "workloadPriorityClasses",
+        "list[string]",
+        False,
+        "Kueue WorkloadPriorityClasses jobs may name in the label `kueue.x-k8s.io/priority-class`.",
+    ),
 )
 
 

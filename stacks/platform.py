@@ -136,10 +136,16 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             cluster_ready=in_cluster,
         ),
     )
-    SchedulingStack(
+    scheduling = SchedulingStack(
         "scheduling",
         SchedulingStackArgs(
-            scheduling=settings.scheduling, charts=settings.charts, provider=cluster.provider, cluster_ready=in_cluster
+            scheduling=settings.scheduling,
+            charts=settings.charts,
+            nodes=settings.nodes,
+            api_url=cluster.api_url,
+            unaccounted_resources=[network.rdma_resource_name] if network.rdma_resource_name else [],
+            provider=cluster.provider,
+            cluster_ready=in_cluster,
         ),
     )
     ZabbixMonitoring(
@@ -171,5 +177,10 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             "minioUsableFraction": minio.usable_fraction,
             "minioCaCert": minio.ca_cert,
             "rke2Token": token,
+            "teamNamespaces": scheduling.team_namespaces,
+            "teamLocalQueues": scheduling.team_local_queues,
+            "teamClusterQueues": scheduling.team_cluster_queues,
+            "teamKubeconfigs": scheduling.team_kubeconfigs,
+            "workloadPriorityClasses": scheduling.priority_classes,
         }
     )
