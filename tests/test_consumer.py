@@ -23,17 +23,18 @@ from tests.conftest import ROOT
 
 CONSUMER = ROOT / "examples" / "consumer"
 PLATFORM_STACK = "organization/ml-platform/prod"
+ADMIN_KUBECONFIG = "admin kubeconfig: must never reach a team's program"
 KUBECONFIG = """apiVersion: v1
 kind: Config
 clusters:
 - name: ml-prod
   cluster: {server: "https://10.20.0.10:6443", certificate-authority-data: Q0EK}
 users:
-- name: ml-prod
-  user: {client-certificate-data: Q0VSVAo=, client-key-data: S0VZCg==}
+- name: vision-ci
+  user: {token: dmlzaW9uLWNpLXRva2VuCg}
 contexts:
 - name: ml-prod
-  context: {cluster: ml-prod, user: ml-prod}
+  context: {cluster: ml-prod, user: vision-ci, namespace: vision}
 current-context: ml-prod
 """
 
@@ -62,7 +63,9 @@ def platform_outputs(plan: engine.Plan, secret: frozenset[str]) -> engine.StackO
     for spec in CONTRACT:
         value = plan.outputs[spec.name]
         if spec.name == "kubeconfig":
-            value = KUBECONFIG
+            value = ADMIN_KUBECONFIG
+        elif spec.name == "teamKubeconfigs":
+            value = {t: KUBECONFIG if t == "vision" else f"kubeconfig of team {t}" for t in plan.outputs["teamNamespaces"]}
         elif value in (SECRET, UNKNOWN):
             value = {"string": "value", "integer": 1, "number": 1.0, "boolean": True}.get(spec.type, [])
         values[spec.name] = value
@@ -89,24 +92,27 @@ def consumer_plan(prod_plan) -> engine.Plan:
     return evaluate_consumer(prod_plan)
 
 
-def test_consumer_provider_gets_the_kubeconfig_as_a_secret(consumer_plan):
+def test_consumer_provider_gets_its_teams_kubeconfig_as_a_secret_not_the_admin_one(consumer_plan):
     provider = consumer_plan.named("platform")
     assert provider["type"] == "pulumi:providers:kubernetes"
     assert provider["inputs"]["kubeconfig"] == SECRET
     assert consumer_plan.revealed[provider["urn"]]["kubeconfig"] == KUBECONFIG
+    assert ADMIN_KUBECONFIG not in repr(consumer_plan.revealed)
+    assert provider["inputs"]["namespace"] == "vision"
 
 
 def test_the_secret_comes_from_the_platform_contract(prod_plan):
     # Were the platform to publish the kubeconfig plain, the consumer would store it plain: the
     # secrecy the consumer gets is the contract's, which tests/test_outputs_contract.py pins.
-    leaky = evaluate_consumer(prod_plan, secret=frozenset())
+    leaky = evaluate_consumer(prod_plan, secret=frozenset({"kubeconfig"}))
     assert leaky.named("platform")["inputs"]["kubeconfig"] == KUBECONFIG
 
 
 def test_consumer_objects_go_through_its_own_provider(consumer_plan):
     provider_urn = consumer_plan.named("platform")["urn"]
-    for name in ("team", "datasets"):
-        assert consumer_plan.named(name)["provider"] == provider_urn, name
+    assert consumer_plan.named("datasets")["provider"] == provider_urn
+    # A team credential cannot create namespaces: the example creates none (the platform does).
+    assert not consumer_plan.by_type("kubernetes:core/v1:Namespace")
 
 
 def test_datasets_volume_is_on_the_platforms_tier2_shared_class(consumer_plan, prod_plan):

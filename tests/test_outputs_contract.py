@@ -39,6 +39,11 @@ PUBLISHED: dict[str, tuple[str, bool]] = {
     "rdmaResourceName": ("string", False),
     "rke2Token": ("string", True),
     "storageClasses": ("map[string]", False),
+    "teamClusterQueues": ("map[string]", False),
+    "teamKubeconfigs": ("map[string]", True),
+    "teamLocalQueues": ("map[string]", False),
+    "teamNamespaces": ("map[list[string]]", False),
+    "workloadPriorityClasses": ("list[string]", False),
 }
 
 DECLARED = {spec.name: spec for spec in CONTRACT}

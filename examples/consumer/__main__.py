@@ -1,9 +1,13 @@
-"""The vision team's program: a namespace and a shared datasets volume on the ML platform.
+"""The vision team's program: a shared datasets volume in its namespace on the ML platform.
 
 It knows the platform only through its stack outputs (the contract in the platform's
 `stacks/outputs.py`), read with a StackReference:
-- `kubeconfig` (secret) configures this program's own Kubernetes provider. A StackReference returns
-  the platform's secret outputs as secrets, so the kubeconfig stays encrypted in this stack's state too.
+- `teamKubeconfigs` (secret) holds, per team, a kubeconfig for the team's CI ServiceAccount: valid in
+  the team's namespaces only, never cluster-admin. It configures this program's own Kubernetes
+  provider. A StackReference returns the platform's secret outputs as secrets, so the kubeconfig stays
+  encrypted in this stack's state too.
+- `teamNamespaces` names the team's namespaces (the platform creates them, with their queue, quota
+  and Pod Security level; the team cannot create namespaces).
 - `storageClasses` maps tiers to StorageClass names: datasets go on `tier2Shared` (CephFS,
   ReadWriteMany, shared by every pod of a training job); `tier1` (local NVMe) is for scratch. A
   platform stack without storage hosts has no tier 2: this program then fails its preview, by design.
@@ -24,18 +28,17 @@ import pulumi_kubernetes as k8s
 def program() -> dict[str, Any]:
     config = pulumi.Config()
     platform = pulumi.StackReference("platform", stack_name=config.require("platformStack"))
+    team = config.require("team")
     # require_output: a renamed or removed platform output fails this preview, instead of a silent None.
-    provider = k8s.Provider("platform", kubeconfig=platform.require_output("kubeconfig"))
+    # A team missing from the platform's settings fails here too (KeyError), not at deploy time.
+    kubeconfig = platform.require_output("teamKubeconfigs").apply(lambda configs: configs[team])
+    namespace = platform.require_output("teamNamespaces").apply(lambda namespaces: namespaces[team][0])
+    provider = k8s.Provider("platform", kubeconfig=kubeconfig, namespace=namespace)
     in_platform = pulumi.ResourceOptions(provider=provider)
 
-    namespace = k8s.core.v1.Namespace(
-        "team",
-        metadata={"name": config.require("namespace"), "labels": {"ml-platform.io/team": config.require("namespace")}},
-        opts=in_platform,
-    )
     datasets = k8s.core.v1.PersistentVolumeClaim(
         "datasets",
-        metadata={"name": "datasets", "namespace": namespace.metadata["name"]},
+        metadata={"name": "datasets", "namespace": namespace},
         spec={
             "accessModes": ["ReadWriteMany"],
             "storageClassName": platform.require_output("storageClasses").apply(lambda classes: classes["tier2Shared"]),
@@ -44,7 +47,7 @@ def program() -> dict[str, Any]:
         opts=in_platform,
     )
     return {
-        "namespace": namespace.metadata["name"],
+        "namespace": namespace,
         "datasetsClaim": datasets.metadata["name"],
         "apiEndpoint": platform.require_output("apiEndpoint"),
     }
