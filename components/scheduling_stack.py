@@ -247,7 +247,9 @@ class SchedulingStack(pulumi.ComponentResource):
                 namespace=ns,
                 depends_on=[cluster_queue, namespaces[ns]],
             )
-            k8s.rbac.v1.Role(f"{prefix}-role-{ns}", metadata={"name": TEAM_ROLE, "namespace": ns}, rules=TEAM_RULES, opts=in_ns)
+            k8s.rbac.v1.Role(
+                f"{prefix}-role-{ns}", metadata={"name": TEAM_ROLE, "namespace": ns}, rules=TEAM_RULES, opts=in_ns
+            )
             k8s.rbac.v1.RoleBinding(
                 f"{prefix}-binding-{ns}",
                 metadata={"name": TEAM_ROLE, "namespace": ns},
@@ -495,9 +497,13 @@ def team_kubeconfig(team: str, namespace: str, server: str, data: Optional[dict[
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "ml-platform", "cluster": {"server": server, "certificate-authority-data": data.get("ca.crt", "")}}],
+        "clusters": [
+            {"name": "ml-platform", "cluster": {"server": server, "certificate-authority-data": data.get("ca.crt", "")}}
+        ],
         "users": [{"name": f"{team}-ci", "user": {"token": token}}],
-        "contexts": [{"name": team, "context": {"cluster": "ml-platform", "user": f"{team}-ci", "namespace": namespace}}],
+        "contexts": [
+            {"name": team, "context": {"cluster": "ml-platform", "user": f"{team}-ci", "namespace": namespace}}
+        ],
         "current-context": team,
     }
     return yaml.safe_dump(config, sort_keys=False)

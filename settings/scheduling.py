@@ -69,9 +69,7 @@ class Team(Model):
     """One team: its namespaces, queue, quota per flavor and the groups that may use it."""
 
     name: Name = Field(description="team name: ClusterQueue name and default namespace")
-    namespaces: list[Name] = Field(
-        default=[], description="the team's namespaces (default: one named like the team)"
-    )
+    namespaces: list[Name] = Field(default=[], description="the team's namespaces (default: one named like the team)")
     groups: list[str] = Field(
         default=[], description="identity-provider groups bound to the team's role in its namespaces"
     )

@@ -65,7 +65,9 @@ def platform_outputs(plan: engine.Plan, secret: frozenset[str]) -> engine.StackO
         if spec.name == "kubeconfig":
             value = ADMIN_KUBECONFIG
         elif spec.name == "teamKubeconfigs":
-            value = {t: KUBECONFIG if t == "vision" else f"kubeconfig of team {t}" for t in plan.outputs["teamNamespaces"]}
+            value = {
+                t: KUBECONFIG if t == "vision" else f"kubeconfig of team {t}" for t in plan.outputs["teamNamespaces"]
+            }
         elif value in (SECRET, UNKNOWN):
             value = {"string": "value", "integer": 1, "number": 1.0, "boolean": True}.get(spec.type, [])
         values[spec.name] = value

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate  # requirements-dev.txt: Kubernetes' own JSON schemas, offline
 import pytest
 import yaml
 
@@ -95,10 +96,11 @@ def test_cluster_queues_satisfy_the_crd_rules_jsonschema_cannot_check(stack, req
 
 
 def test_local_queues_point_at_their_teams_cluster_queue(prod_plan):
-    queues = {(q["metadata"]["namespace"], q["metadata"]["name"]): q["spec"]["clusterQueue"] for q in kueue(prod_plan, "LocalQueue")}
-    expected = {
-        (ns, "default"): team for team, nss in prod_plan.outputs["teamNamespaces"].items() for ns in nss
+    queues = {
+        (q["metadata"]["namespace"], q["metadata"]["name"]): q["spec"]["clusterQueue"]
+        for q in kueue(prod_plan, "LocalQueue")
     }
+    expected = {(ns, "default"): team for team, nss in prod_plan.outputs["teamNamespaces"].items() for ns in nss}
     assert queues == expected
     assert expected[("llm-eval", "default")] == "llm"
 
@@ -116,17 +118,20 @@ def test_helm_values_keys_exist_upstream(prod_plan):
 
 
 def test_kueue_manager_config_keeps_the_charts_settings_and_adds_the_platforms(prod_plan):
-    chart_default = yaml.safe_load(
-        upstream_values("kueue", "0.19.2")["managerConfig"]["controllerManagerConfigYaml"]
-    )
+    chart_default = yaml.safe_load(upstream_values("kueue", "0.19.2")["managerConfig"]["controllerManagerConfigYaml"])
     ours = yaml.safe_load(_release(prod_plan, "kueue")["values"]["managerConfig"]["controllerManagerConfigYaml"])
     for key, value in chart_default.items():
         if key != "integrations":
             assert ours[key] == value == KUEUE_CHART_MANAGER_CONFIG[key], key
     assert ours["integrations"]["frameworks"] == KUEUE_FRAMEWORKS
-    assert {"batch/job", "jobset.x-k8s.io/jobset", "kubeflow.org/pytorchjob", "ray.io/rayjob", "ray.io/raycluster", "pod"} <= set(
-        KUEUE_FRAMEWORKS
-    )
+    assert {
+        "batch/job",
+        "jobset.x-k8s.io/jobset",
+        "kubeflow.org/pytorchjob",
+        "ray.io/rayjob",
+        "ray.io/raycluster",
+        "pod",
+    } <= set(KUEUE_FRAMEWORKS)
     assert ours["fairSharing"]["preemptionStrategies"]
     assert ours["waitForPodsReady"] == {
         "timeout": "900s",
@@ -192,7 +197,9 @@ def _nominal(cq: dict, flavor: str, resource: str) -> float:
     for group in cq["resourceGroups"]:
         for entry in group["flavors"]:
             if entry["name"] == flavor:
-                return float(next(r["nominalQuota"] for r in entry["resources"] if r["name"] == resource).rstrip("TiG") or 0)
+                return float(
+                    next(r["nominalQuota"] for r in entry["resources"] if r["name"] == resource).rstrip("TiG") or 0
+                )
     return 0.0
 
 
@@ -337,7 +344,14 @@ def test_one_teams_credential_cannot_reach_another_teams_namespaces(prod_plan):
             rules = roles[(b["metadata"]["namespace"], b["roleRef"]["name"])]
             granted = {res for rule in rules for res in rule["resources"]}
             # Nothing that could widen the grant or leave the namespace's limits.
-            assert not granted & {"roles", "rolebindings", "resourcequotas", "limitranges", "namespaces", "serviceaccounts/token"}
+            assert not granted & {
+                "roles",
+                "rolebindings",
+                "resourcequotas",
+                "limitranges",
+                "namespaces",
+                "serviceaccounts/token",
+            }
             assert not {"escalate", "bind", "impersonate", "*"} & {v for rule in rules for v in rule["verbs"]}
     # Groups, too, are bound only inside their own team's namespaces.
     groups = stack_doc("prod")["scheduling"]["teams"]
@@ -358,7 +372,10 @@ def test_team_kubeconfig_output_is_secret_and_the_token_never_appears_in_the_pla
 def test_team_kubeconfig_holds_endpoint_ca_token_and_namespace():
     data = {"token": base64.b64encode(b"tok-123").decode(), "ca.crt": "Q0EK"}
     config = yaml.safe_load(team_kubeconfig("vision", "vision", "https://10.20.0.10:6443", data))
-    assert config["clusters"][0]["cluster"] == {"server": "https://10.20.0.10:6443", "certificate-authority-data": "Q0EK"}
+    assert config["clusters"][0]["cluster"] == {
+        "server": "https://10.20.0.10:6443",
+        "certificate-authority-data": "Q0EK",
+    }
     assert config["users"][0]["user"] == {"token": "tok-123"}
     assert config["contexts"][0]["context"]["namespace"] == "vision"
 
@@ -476,3 +493,112 @@ def test_overquota_exits_2_and_registers_nothing(tmp_path: Path):
     assert proc.returncode == 2 and not out.exists()
     assert f"scheduling.teams: nominal GPU quotas on flavor '{H100}' add up to 136" in proc.stderr
     assert "scheduling.allowOvercommit: true" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# examples/workloads: valid objects that really run on this stack's prod settings
+# ---------------------------------------------------------------------------------------------
+
+WORKLOADS = ROOT / "examples" / "workloads"
+K8S_VERSION = "1.35.0"  # the Kubernetes minor of cluster.rke2Version (v1.35.x+rke2r1)
+CRDS = {
+    ("kubeflow.org/v1", "PyTorchJob"): (("training-operator", "v1.9.4", "kubeflow.org_pytorchjobs.yaml"), "v1"),
+    ("ray.io/v1", "RayJob"): (("kuberay", "v1.7.0", "ray.io_rayjobs.yaml"), "v1"),
+}
+
+
+def example_docs() -> list[tuple[str, dict]]:
+    docs = []
+    for path in sorted(WORKLOADS.glob("*.yaml")):
+        docs += [(path.name, doc) for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return docs
+
+
+def pod_specs(doc: dict) -> list[dict]:
+    """Every pod spec a workload object will create."""
+    spec = doc["spec"]
+    if doc["kind"] == "Job":
+        return [spec["template"]["spec"]]
+    if doc["kind"] == "PyTorchJob":
+        return [r["template"]["spec"] for r in spec["pytorchReplicaSpecs"].values()]
+    if doc["kind"] == "RayJob":
+        cluster = spec["rayClusterSpec"]
+        return [cluster["headGroupSpec"]["template"]["spec"]] + [
+            g["template"]["spec"] for g in cluster["workerGroupSpecs"]
+        ]
+    return []
+
+
+def test_examples_cover_the_four_workload_shapes():
+    kinds = {(name, doc["kind"]) for name, doc in example_docs()}
+    assert {
+        ("pytorch-ddp-job.yaml", "Job"),
+        ("pytorchjob.yaml", "PyTorchJob"),
+        ("rayjob.yaml", "RayJob"),
+        ("tf-multiworker-job.yaml", "Job"),
+    } <= kinds
+
+
+@pytest.mark.parametrize("name,doc", example_docs(), ids=lambda v: v if isinstance(v, str) else v["kind"])
+def test_example_validates_against_kubernetes_and_upstream_crd_schemas(name, doc):
+    key = (doc["apiVersion"], doc["kind"])
+    if key in CRDS:
+        (parts, version) = CRDS[key]
+        body = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind", "metadata")}
+        assert crd_schema_errors(body, crd_schema(*parts, crd_version=version)) == []
+        for spec in pod_specs(doc):
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": spec}
+            kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+    else:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_kubernetes_schema_check_really_refuses_a_wrong_field():
+    job = next(doc for name, doc in example_docs() if doc["kind"] == "Job")
+    bad = yaml.safe_load(yaml.safe_dump(job))
+    bad["spec"]["template"]["spec"]["schedulername"] = "volcano"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(
+    "name,doc",
+    [d for d in example_docs() if d[1]["kind"] != "Service"],
+    ids=lambda v: v if isinstance(v, str) else v["kind"],
+)
+def test_example_fits_the_prod_teams_queues_and_gangs(name, doc, prod_plan):
+    settings = load(stack_doc("prod"))
+    labels = doc["metadata"]["labels"]
+    team = next(t for t in settings.scheduling.teams if doc["metadata"]["namespace"] in t.namespace_names)
+    # Two labels: the team's LocalQueue and a priority class the team may use.
+    assert labels["kueue.x-k8s.io/queue-name"] == "default"
+    assert labels["kueue.x-k8s.io/priority-class"] in team.priority_classes
+    # One scheduler: Volcano places every pod.
+    specs = pod_specs(doc)
+    assert specs and all(spec["schedulerName"] == "volcano" for spec in specs if doc["kind"] != "RayJob")
+    if doc["kind"] == "RayJob":
+        assert labels["ray.io/scheduler-name"] == "volcano"
+    if doc["kind"] == "Job":
+        assert doc["metadata"]["annotations"]["scheduling.volcano.sh/group-min-member"] == str(
+            doc["spec"]["parallelism"]
+        )
+    if doc["kind"] == "PyTorchJob":
+        replicas = sum(r["replicas"] for r in doc["spec"]["pytorchReplicaSpecs"].values())
+        assert doc["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == replicas
+    cq = next(q["spec"] for q in kueue(prod_plan, "ClusterQueue") if q["metadata"]["name"] == team.name)
+    for spec in specs:
+        for container in spec["containers"]:
+            limits = container["resources"]["limits"]
+            gpus = int(limits.get("nvidia.com/gpu", 0))
+            tolerations = spec.get("tolerations", [])
+            requests = {"cpu": 1, "nvidia.com/gpu": gpus}
+            assigned = eligible_flavors(prod_plan, cq, requests, tolerations)
+            assert assigned, (name, container["name"])
+            if gpus:
+                assert assigned == [H100]
+                assert any(m["mountPath"] == "/dev/shm" for m in container["volumeMounts"])
+            if "rdma/ib" in limits:
+                assert "IPC_LOCK" in container["securityContext"]["capabilities"]["add"]
+                assert team.rdma and team.pod_security == "privileged"
+            else:
+                assert "IPC_LOCK" not in str(container.get("securityContext", {}))
