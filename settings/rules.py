@@ -470,6 +470,8 @@ def settings_warnings(s: Settings) -> list[str]:
             "settings refuse an edit that would remove every storage host"
         )
     return warnings
+
+
 # Namespaces Kubernetes owns and those the components use without a setting (the Network Operator's,
 # Calico's); the rest come from the settings (`platform_namespaces`).
 SYSTEM_NAMESPACES = {
