@@ -14,6 +14,7 @@ UNSET_IN_PROD = {
     "cluster.deployedRke2Version",  # set only in a change that upgrades RKE2
     "nodes[].renamedFrom",  # set only in a change that renames a node
     # No IB topology recorded for prod's GPU nodes: no Kueue Topology (tests/test_scheduling_stack.py adds one).
+    "nodes[].topology",
     "nodes[].topology.block",
     "nodes[].topology.rack",
 }
