@@ -38,6 +38,7 @@ import yaml
 
 from components.cluster import GPU_TAINT, ROLE_LABEL, node_labels
 from components.helm import release
+from components.namespaces import REASON_ANNOTATION, platform_namespace
 from settings import Charts, NodeSettings, SchedulingSettings
 from settings.nodes import TOPOLOGY_LABELS
 from settings.scheduling import CPU_FLAVOR, FlavorQuota, ResourceLimit, Team, gpu_flavor_name
@@ -165,6 +166,24 @@ class SchedulingStack(pulumi.ComponentResource):
         super().__init__("mlplatform:scheduling:SchedulingStack", name, None, opts)
         sched = args.scheduling
         self._name, self._args = name, args
+        volcano_ns = platform_namespace(
+            f"{name}-volcano-namespace",
+            sched.volcano_namespace,
+            "baseline",
+            "Volcano's containers add DAC_OVERRIDE (chart default_csc), which restricted refuses",
+            provider=args.provider,
+            parent=self,
+            depends_on=args.cluster_ready,
+        )
+        kueue_ns = platform_namespace(
+            f"{name}-kueue-namespace",
+            sched.kueue_namespace,
+            "restricted",
+            "Kueue's manager runs as non-root, seccomp RuntimeDefault, all capabilities dropped",
+            provider=args.provider,
+            parent=self,
+            depends_on=args.cluster_ready,
+        )
         volcano = release(
             f"{name}-volcano",
             args.charts.volcano,
@@ -173,7 +192,7 @@ class SchedulingStack(pulumi.ComponentResource):
             values=volcano_values(),
             provider=args.provider,
             parent=self,
-            depends_on=args.cluster_ready,
+            depends_on=[*args.cluster_ready, volcano_ns],
         )
         self._kueue = release(
             f"{name}-kueue",
@@ -183,7 +202,7 @@ class SchedulingStack(pulumi.ComponentResource):
             values=kueue_values(sched, args.unaccounted_resources),
             provider=args.provider,
             parent=self,
-            depends_on=args.cluster_ready,
+            depends_on=[*args.cluster_ready, kueue_ns],
         )
         self._crs = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[self._kueue, volcano])
         topology = kueue_topology(args.nodes)
@@ -236,8 +255,13 @@ class SchedulingStack(pulumi.ComponentResource):
         for ns in team.namespace_names:
             namespaces[ns] = k8s.core.v1.Namespace(
                 f"{prefix}-ns-{ns}",
-                metadata={"name": ns, "labels": namespace_labels(team)},
-                opts=k8s_opts,
+                metadata={
+                    "name": ns,
+                    "labels": namespace_labels(team),
+                    "annotations": {REASON_ANNOTATION: pod_security_reason(team)},
+                },
+                # Deleting a namespace deletes the team's work in it: dropping a team keeps it (docs/runbook.md).
+                opts=pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(retain_on_delete=True)),
             )
             in_ns = pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=[namespaces[ns]]))
             self._custom(
@@ -456,6 +480,12 @@ def namespace_labels(team: Team) -> dict[str, str]:
         "pod-security.kubernetes.io/enforce-version": "latest",
         "pod-security.kubernetes.io/warn": team.pod_security,
     }
+
+
+def pod_security_reason(team: Team) -> str:
+    if team.pod_security == "privileged":
+        return f"team {team.name} runs RDMA pods (IPC_LOCK for InfiniBand verbs), which baseline refuses"
+    return f"team {team.name}'s workloads, at the level scheduling.teams[].podSecurity sets for them"
 
 
 def team_subjects(team: Team, account: str, ci_namespace: str) -> list[dict[str, str]]:
