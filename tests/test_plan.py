@@ -235,5 +235,5 @@ def test_every_settings_problem_at_once(tmp_path):
         "nodes[8] (cpu-09).address: '10.20.1.11' is used by more than one host; addresses must be unique",
         "nodes[36] (gpu-02).infiniband: GPU node 'gpu-02' has no InfiniBand settings; add interface and address",
         "nodes[49] (gpu-15).adress: unknown key (did you mean 'address'?); valid keys here: address, controlPlane, "
-        "gpu, hostKey, infiniband, labels, name, nvme, osdDevices, renamedFrom, role",
+        "gpu, hostKey, infiniband, labels, name, nvme, osdDevices, renamedFrom, role, topology",
     ]

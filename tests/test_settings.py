@@ -272,6 +272,6 @@ def test_type_errors_are_reported_with_unknown_keys_and_say_what_waits():
     assert printed(mutate) == [
         "nodes[3] (cpu-04).address: 'nope' is not an IPv4 address; write four numbers 0-255, e.g. '10.20.1.7'",
         "nodes[3] (cpu-04).adress: unknown key (did you mean 'address'?); valid keys here: address, controlPlane, "
-        "gpu, hostKey, infiniband, labels, name, nvme, osdDevices, renamedFrom, role",
+        "gpu, hostKey, infiniband, labels, name, nvme, osdDevices, renamedFrom, role, topology",
         "(the rules that relate several fields run once the problems above are fixed)",
     ]
