@@ -214,7 +214,9 @@ def gpu_operator_values(gpu: GpuSettings, deploy_nfd: bool = True) -> dict[str, 
                 {"name": "RUNTIME_CONFIG_SOURCE", "value": f"file={RKE2_CONTAINERD_CONFIG}"},
             ],
         },
-        "dcgmExporter": {"enabled": True, "serviceMonitor": {"enabled": False}},
+        # Host network: Zabbix scrapes each GPU node's exporter at <node address>:9400 (the
+        # exporter's ClusterIP Service would answer from a random node).
+        "dcgmExporter": {"enabled": True, "hostNetwork": True, "serviceMonitor": {"enabled": False}},
         "nfd": {"enabled": deploy_nfd},
     }
     if deploy_nfd:

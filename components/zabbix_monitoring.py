@@ -1,19 +1,67 @@
-"""ZabbixMonitoring: Zabbix server, web, database and agents on every node and NAS host.
+"""ZabbixMonitoring: Zabbix server, web, database and agents on every node and NAS host; what it
+watches and where it alerts, as tracked state through the Zabbix API.
 
-Not built yet: the component registers itself and nothing else until its issue is done.
+Three halves:
+- cluster: the community `zabbix` chart (server, web, bundled PostgreSQL on the tier-2 block
+  class, agent 2 as a DaemonSet on every node: GPU and control-plane nodes included, the
+  tolerations on the agent pod only), kube-state-metrics for the Kubernetes templates, and a
+  service-account token Secret for them;
+- hosts: agent 2 on each NAS host over SSH (`zabbix-agent2-nas.sh`), active checks to the server's
+  NodePort, PSK-encrypted;
+- API: the chart's default Admin/zabbix is replaced on the first `up`, the program then works as its
+  own API user with a token (`components/zabbix_objects.py`), and every host group, macro, template,
+  host, media type, alert user/group and action is a Pulumi resource.
+
+Server HA is off on purpose: chart 7.0.12 renders the HA label sidecar only when the agent runs as
+a sidecar (helm-zabbix #136), so with the agent DaemonSet the server Service of an HA pair has no
+endpoints; HA also needs an external database (it cannot use the bundled PostgreSQL). Turning it on
+takes an external PostgreSQL (e.g. CloudNativePG), `zabbixServer.zabbixServerHA.enabled` and the
+sidecar added to the server pod (a fixed chart or a Pulumi transform). One replica restarts in
+about a minute; the agents buffer their data meanwhile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence  # noqa: F401
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Optional
+from pathlib import Path
+from typing import Any, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
+import pulumi_random as random
+import yaml
 
-from components.remote import HostAccess
-from settings import Charts, MonitoringSettings
+from components import zabbix_objects as zbx
+from components.helm import release
+from components.remote import HostAccess, host_script
+from settings import Charts, MonitoringSettings, NasHost, NodeSettings
+from settings.monitoring import HOST_GROUPS, SEVERITIES, Channel
+
+RELEASE = "zabbix"  # chart objects are "zabbix-zabbix-server", "zabbix-zabbix-agent", SA "zabbix"
+KSM_RELEASE = "zabbix-kube-state-metrics"  # the default {$KUBE.STATE.ENDPOINT.NAME} of the template
+SERVICE_ACCOUNT = "zabbix"
+TOKEN_SECRET = "zabbix-api-token"
+DB_SECRET = "zabbix-db-access"
+PSK_SECRET = "zabbix-agent-psk"
+PSK_IDENTITY = "ml-platform-agent"
+PSK_DIR = "/var/lib/zabbix/enc"  # the zabbix-agent2 image's directory for TLS files
+TEMPLATES = Path(__file__).parent / "zabbix" / "templates"
+LINUX_TEMPLATE = "Linux by Zabbix agent active"
+K8S_STATE_TEMPLATE = "Kubernetes cluster state by HTTP"
+GPU_TEMPLATE, IB_TEMPLATE = "ml-platform GPU by DCGM exporter", "ml-platform InfiniBand by sysfs"
+CEPH_TEMPLATE, MINIO_TEMPLATE = "ml-platform Ceph by mgr Prometheus", "ml-platform MinIO by HTTP"
+MEDIA_TYPES = {"slack": "Slack", "mattermost": "Mattermost"}
+
+
+@dataclass(frozen=True)
+class ZabbixSecrets:
+    """Secrets from the stack config; None = generate (admin password, PSK) or not needed (tokens)."""
+
+    admin_password: Optional[pulumi.Output[str]] = None
+    agent_psk: Optional[pulumi.Output[str]] = None
+    slack_bot_token: Optional[pulumi.Output[str]] = None
+    mattermost_bot_token: Optional[pulumi.Output[str]] = None
 
 
 @dataclass(frozen=True)
@@ -23,9 +71,421 @@ class ZabbixMonitoringArgs:
     hosts: Mapping[str, HostAccess]
     provider: k8s.Provider
     cluster_ready: Sequence[pulumi.Resource]
+    cluster_name: str
+    api_endpoint: str
+    nodes: Sequence[NodeSettings]
+    nas_hosts: Sequence[NasHost]
+    block_storage_class: Optional[str]
+    ceph_namespace: Optional[str]
+    secrets: ZabbixSecrets = ZabbixSecrets()
+
+
+def web_url(mon: MonitoringSettings, api_endpoint: str) -> str:
+    if mon.web.ingress_host:
+        return f"https://{mon.web.ingress_host}"
+    return f"http://{api_endpoint}:{mon.web.node_port}"
+
+
+def severity_index(name: str) -> int:
+    """Zabbix priority of a severity name (information=1 ... disaster=5)."""
+    return SEVERITIES.index(name) + 1
+
+
+def severity_mask(min_severity: str) -> int:
+    """A user media's severity bitmask: every severity from `min_severity` up."""
+    return sum(1 << i for i in range(severity_index(min_severity), 6))
+
+
+def node_groups(node: NodeSettings) -> list[str]:
+    groups = ["ml-platform/gpu-nodes" if node.role == "gpu" else "ml-platform/cpu-nodes"]
+    if node.control_plane:
+        groups.append("ml-platform/control-plane")
+    if node.storage_host:
+        groups.append("ml-platform/ceph-storage")
+    return groups
+
+
+def node_templates(node: NodeSettings) -> list[str]:
+    return [LINUX_TEMPLATE, GPU_TEMPLATE, IB_TEMPLATE] if node.role == "gpu" else [LINUX_TEMPLATE]
+
+
+def node_tags(node: NodeSettings) -> list[dict[str, str]]:
+    tags = [{"tag": "role", "value": node.role}]
+    if node.control_plane:
+        tags.append({"tag": "control-plane", "value": "true"})
+    if node.gpu:
+        tags += [{"tag": "gpu", "value": node.gpu.model}, {"tag": "gpu-count", "value": str(node.gpu.count)}]
+    if node.infiniband:
+        tags.append({"tag": "infiniband", "value": node.infiniband.interface})
+    if node.storage_host:
+        tags.append({"tag": "storage", "value": "ceph-osd"})
+    return tags
+
+
+def chart_values(mon: MonitoringSettings, block_storage_class: Optional[str]) -> dict[str, Any]:
+    """Values for the community zabbix chart (checked against its values.yaml in the tests)."""
+    web_service: dict[str, Any] = {"type": "NodePort", "nodePort": mon.web.node_port} if mon.web.node_port else {}
+    values: dict[str, Any] = {
+        "zabbixImageTag": mon.image_tag,
+        # Credentials from our own Secret (random password), never the chart's literal zabbix/zabbix.
+        "postgresAccess": {"existingSecretName": DB_SECRET},
+        "postgresql": {
+            "enabled": True,
+            "persistence": {"enabled": True, "storageSize": mon.database.storage_size},
+        },
+        "zabbixServer": {
+            "replicaCount": 1,
+            "zabbixServerHA": {"enabled": False},
+            # Active agents on the NAS hosts reach the trapper port through this NodePort.
+            "service": {"type": "NodePort", "nodePort": mon.server_node_port},
+        },
+        "zabbixWeb": {"service": web_service} if web_service else {},
+        "zabbixAgent": {
+            "runAsSidecar": False,
+            "runAsDaemonSet": True,
+            "hostNetwork": True,
+            "hostRootFsMount": True,
+            "ZBX_SERVER_HOST": f"{RELEASE}-zabbix-server",
+            "ZBX_PASSIVE_ALLOW": False,  # the templates use active checks only: no listening agent
+            "ZBX_ACTIVE_ALLOW": True,
+            "ZBX_ACTIVESERVERS": f"{RELEASE}-zabbix-server.{mon.namespace}.svc:10051",
+            "extraEnv": [
+                {"name": "ZBX_TLSCONNECT", "value": "psk"},
+                {"name": "ZBX_TLSACCEPT", "value": "psk"},
+                {"name": "ZBX_TLSPSKIDENTITY", "value": PSK_IDENTITY},
+                {"name": "ZBX_TLSPSKFILE", "value": f"{PSK_DIR}/psk"},
+            ],
+            "extraVolumes": [{"name": "psk", "secret": {"secretName": PSK_SECRET, "defaultMode": 0o400}}],
+            "extraVolumeMounts": [{"name": "psk", "mountPath": PSK_DIR, "readOnly": True}],
+            # Every node, whatever its taints (GPU, control plane, cordoned): on the agent pod only.
+            # The chart's top-level `tolerations` would also put server, web and database on GPU nodes.
+            "extraPodSpecs": {"tolerations": [{"operator": "Exists"}]},
+        },
+    }
+    if block_storage_class:
+        values["postgresql"]["persistence"]["storageClass"] = block_storage_class
+    if mon.web.ingress_host:
+        ingress: dict[str, Any] = {
+            "enabled": True,
+            "hosts": [{"host": mon.web.ingress_host, "paths": [{"path": "/", "pathType": "Prefix"}]}],
+        }
+        if mon.web.ingress_class_name:
+            ingress["ingressClassName"] = mon.web.ingress_class_name
+        values["ingress"] = ingress
+    return values
+
+
+def template_sources() -> dict[str, tuple[list[str], str]]:
+    """File stem -> (template names, YAML text) of the platform's own templates."""
+    out = {}
+    for path in sorted(TEMPLATES.glob("*.yaml")):
+        text = path.read_text()
+        names = [t["template"] for t in yaml.safe_load(text)["zabbix_export"]["templates"]]
+        out[path.stem] = (names, text)
+    return out
 
 
 class ZabbixMonitoring(pulumi.ComponentResource):
+    url: str
+    api_user: str
+    api_token: pulumi.Output[str]
+    admin_password: pulumi.Output[str]
+    monitored_hosts: list[str]
+
     def __init__(self, name: str, args: ZabbixMonitoringArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("mlplatform:monitoring:ZabbixMonitoring", name, None, opts)
-        self.register_outputs({})
+        mon = args.monitoring
+        self.url = web_url(mon, args.api_endpoint)
+        self.api_user = mon.api_user
+        child = pulumi.ResourceOptions(parent=self)
+        self.admin_password = args.secrets.admin_password or _password(f"{name}-admin-password", child)
+        api_password = _password(f"{name}-api-password", child)
+        psk = args.secrets.agent_psk or pulumi.Output.secret(
+            random.RandomId(f"{name}-agent-psk", byte_length=32, opts=child).hex
+        )
+
+        chart = self._cluster_half(name, args, psk)
+        self._nas_agents(name, args, psk)
+        bootstrap = zbx.ZabbixBootstrap(
+            f"{name}-api-bootstrap",
+            url=f"{self.url}/api_jsonrpc.php",
+            api_user=mon.api_user,
+            admin_password=self.admin_password,
+            api_password=api_password,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[chart]),
+        )
+        self.api_token = bootstrap.token
+        connection = pulumi.Output.secret({"url": f"{self.url}/api_jsonrpc.php", "token": bootstrap.token})
+        self.monitored_hosts = self._api_objects(name, args, connection, psk)
+        self.register_outputs({"url": self.url, "apiUser": self.api_user, "monitoredHosts": self.monitored_hosts})
+
+    # ------------------------------------------------------------------------------------------ cluster
+    def _cluster_half(self, name: str, args: ZabbixMonitoringArgs, psk: pulumi.Output[str]) -> pulumi.Resource:
+        mon = args.monitoring
+        ns = mon.namespace
+        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.cluster_ready))
+        namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata={"name": ns}, opts=k8s_opts)
+        in_ns = pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=[namespace]))
+        db_password = _password(f"{name}-db-password", pulumi.ResourceOptions(parent=self))
+        db_secret = k8s.core.v1.Secret(
+            f"{name}-db-access",
+            metadata={"name": DB_SECRET, "namespace": ns},
+            string_data={
+                "host": f"{RELEASE}-postgresql",
+                "port": "5432",
+                "user": "zabbix",
+                "password": db_password,
+                "dbname": "zabbix",
+            },
+            opts=in_ns,
+        )
+        psk_secret = k8s.core.v1.Secret(
+            f"{name}-agent-psk-secret",
+            metadata={"name": PSK_SECRET, "namespace": ns},
+            string_data={"psk": psk},
+            opts=in_ns,
+        )
+        ksm = release(
+            f"{name}-kube-state-metrics",
+            args.charts.kube_state_metrics,
+            release_name=KSM_RELEASE,
+            namespace=ns,
+            values={},
+            provider=args.provider,
+            parent=self,
+            depends_on=[namespace],
+        )
+        chart = release(
+            f"{name}-zabbix",
+            args.charts.zabbix,
+            release_name=RELEASE,
+            namespace=ns,
+            values=chart_values(mon, args.block_storage_class),
+            provider=args.provider,
+            parent=self,
+            depends_on=[namespace, db_secret, psk_secret, ksm],
+        )
+        # Kubernetes >= 1.24 creates no token for a service account: the K8s templates' {$KUBE.API.TOKEN}
+        # comes from this Secret, which the token controller fills in.
+        self._token_secret = k8s.core.v1.Secret(
+            f"{name}-api-token",
+            metadata={
+                "name": TOKEN_SECRET,
+                "namespace": ns,
+                "annotations": {"kubernetes.io/service-account.name": SERVICE_ACCOUNT},
+            },
+            type="kubernetes.io/service-account-token",
+            opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(depends_on=[chart])),
+        )
+        return chart
+
+    def _kube_token(self, name: str, args: ZabbixMonitoringArgs) -> pulumi.Output[str]:
+        token_secret = k8s.core.v1.Secret.get(
+            f"{name}-api-token-read",
+            f"{args.monitoring.namespace}/{TOKEN_SECRET}",
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[self._token_secret]),
+        )
+        return pulumi.Output.secret(token_secret.data.apply(_decoded_token))
+
+    # -------------------------------------------------------------------------------------------- hosts
+    def _nas_agents(self, name: str, args: ZabbixMonitoringArgs, psk: pulumi.Output[str]) -> None:
+        agent = args.monitoring.nas_agent
+        for host in args.nas_hosts:
+            host_script(
+                f"{host.name}-zabbix-agent2",
+                args.hosts[host.name],
+                "zabbix-agent2-nas.sh",
+                {
+                    "APT_REPOSITORY": agent.apt_repository,
+                    "APT_SUITE": agent.apt_suite,
+                    "APT_KEY_URL": agent.apt_key_url,
+                    "AGENT_VERSION": agent.version,
+                    "ZBX_HOSTNAME": host.name,
+                    # Active checks only (the templates): passive requests are accepted from the
+                    # host itself alone, and the step does not change when nodes come and go.
+                    "ZBX_SERVER": "127.0.0.1",
+                    "ZBX_SERVER_ACTIVE": f"{args.api_endpoint}:{args.monitoring.server_node_port}",
+                    "PSK_IDENTITY": PSK_IDENTITY,
+                },
+                stdin=psk,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+
+    # ---------------------------------------------------------------------------------------------- API
+    def _api_objects(
+        self, name: str, args: ZabbixMonitoringArgs, connection: pulumi.Output, psk: pulumi.Output[str]
+    ) -> list[str]:
+
+        def opts(*deps: pulumi.Resource) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions(parent=self, depends_on=list(deps))
+
+        groups = [zbx.HostGroup(f"{name}-group-{_slug(g)}", {"name": g}, connection, opts=opts()) for g in HOST_GROUPS]
+        macros = self._global_macros(name, args, connection, opts)
+        needed = {
+            "gpu-dcgm": any(n.role == "gpu" for n in args.nodes),
+            "infiniband": any(n.infiniband for n in args.nodes),
+            "ceph-mgr": bool(args.ceph_namespace),
+            "minio": bool(args.nas_hosts),
+        }
+        imports = [
+            zbx.TemplateImport(
+                f"{name}-template-{stem}", {"templates": names, "source": text}, connection, opts=opts(*macros)
+            )
+            for stem, (names, text) in template_sources().items()
+            if needed[stem]
+        ]
+        host_deps = [*groups, *imports]
+        psk_secrets = pulumi.Output.secret(psk.apply(lambda v: {"tls_psk_identity": PSK_IDENTITY, "tls_psk": v}))
+        hosts: list[str] = []
+        for node in args.nodes:
+            spec = {
+                "host": node.name,
+                "ip": node.address,
+                "groups": node_groups(node),
+                "templates": node_templates(node),
+                "tags": node_tags(node),
+            }
+            zbx.Host(f"{node.name}-zabbix-host", spec, connection, psk_secrets, opts=opts(*host_deps))
+            hosts.append(node.name)
+        for nas in args.nas_hosts:
+            spec = {
+                "host": nas.name,
+                "ip": nas.address,
+                "groups": ["ml-platform/nas"],
+                "templates": [LINUX_TEMPLATE, MINIO_TEMPLATE],
+                "tags": [{"tag": "role", "value": "nas"}, {"tag": "storage", "value": "minio"}],
+            }
+            zbx.Host(f"{nas.name}-zabbix-host", spec, connection, psk_secrets, opts=opts(*host_deps))
+            hosts.append(nas.name)
+        hosts += self._cluster_hosts(name, args, connection, opts, host_deps)
+        self._alerting(name, args, connection, opts, groups)
+        return hosts
+
+    def _global_macros(self, name, args, connection, opts) -> list[pulumi.Resource]:
+        t = args.monitoring.thresholds
+        values = {
+            "{$GPU.TEMP.MAX}": (t.gpu_temperature_celsius, "GPU temperature threshold (C)"),
+            "{$GPU.MEM.PUSED.MAX}": (t.gpu_memory_used_percent, "GPU memory use threshold (%)"),
+            "{$IB.ERRORS.MAX}": (t.ib_port_errors_per_hour, "InfiniBand port errors per hour threshold"),
+            "{$CEPH.POOL.PUSED.MAX}": (t.ceph_pool_used_percent, "Ceph pool fill threshold (%)"),
+            # The Slack and Mattermost webhooks link back to the UI through this macro.
+            "{$ZABBIX.URL}": (self.url, "Zabbix web UI URL"),
+        }
+        return [
+            zbx.GlobalMacro(
+                f"{name}-macro-{_slug(macro)}",
+                {"macro": macro, "value": str(value), "description": f"{text} (ml-platform settings)"},
+                connection,
+                opts=opts(),
+            )
+            for macro, (value, text) in values.items()
+        ]
+
+    def _cluster_hosts(self, name, args, connection, opts, deps) -> list[str]:
+        """Hosts without an agent: the Kubernetes cluster (state template, SA token) and Ceph."""
+        token = self._kube_token(name, args)
+        kube = f"{args.cluster_name}-kubernetes"
+        zbx.Host(
+            f"{name}-host-kubernetes",
+            {"host": kube, "groups": ["ml-platform/kubernetes"], "templates": [K8S_STATE_TEMPLATE], "tags": []},
+            connection,
+            pulumi.Output.secret(token.apply(lambda v: {"macros": [{"macro": "{$KUBE.API.TOKEN}", "value": v}]})),
+            opts=opts(*deps),
+        )
+        hosts = [kube]
+        if args.ceph_namespace:
+            ceph = f"{args.cluster_name}-ceph"
+            url = f"http://rook-ceph-mgr.{args.ceph_namespace}.svc:9283/metrics"
+            zbx.Host(
+                f"{name}-host-ceph",
+                {
+                    "host": ceph,
+                    "groups": ["ml-platform/ceph-storage"],
+                    "templates": [CEPH_TEMPLATE],
+                    "tags": [{"tag": "storage", "value": "ceph"}],
+                    "macros": [{"macro": "{$CEPH.METRICS.URL}", "value": url}],
+                },
+                connection,
+                opts=opts(*deps),
+            )
+            hosts.append(ceph)
+        return hosts
+
+    def _alerting(self, name, args, connection, opts, groups) -> None:
+        alerting = args.monitoring.alerting
+        kinds = {c.type for c in alerting.channels}
+        media: dict[str, pulumi.Resource] = {}
+        if "slack" in kinds:
+            token = args.secrets.slack_bot_token
+            media["slack"] = zbx.MediaType(
+                f"{name}-media-slack",
+                {"name": "Slack", "enabled": True, "parameters": {"slack_mode": "alarm"}},
+                connection,
+                pulumi.Output.secret(pulumi.Output.from_input(token).apply(lambda v: {"bot_token": v})),
+                opts=opts(),
+            )
+        if "mattermost" in kinds:
+            token = args.secrets.mattermost_bot_token
+            media["mattermost"] = zbx.MediaType(
+                f"{name}-media-mattermost",
+                {
+                    "name": "Mattermost",
+                    "enabled": True,
+                    "parameters": {"mattermost_url": alerting.mattermost_url, "send_mode": "alarm"},
+                },
+                connection,
+                pulumi.Output.secret(pulumi.Output.from_input(token).apply(lambda v: {"bot_token": v})),
+                opts=opts(),
+            )
+        for channel in alerting.channels:
+            self._channel(name, channel, connection, opts, [media[channel.type], *groups])
+
+    def _channel(self, name: str, channel: Channel, connection, opts, deps) -> None:
+        """One channel: a user group that cannot log in, its user with the channel as media, and an
+        action sending problems from the channel's host groups at or above its severity."""
+        label = f"alerts-{channel.name}"
+        host_groups = channel.host_groups or list(HOST_GROUPS)
+        mediatype = MEDIA_TYPES[channel.type]
+        group = zbx.UserGroup(
+            f"{name}-{label}-group", {"name": label, "host_groups": host_groups}, connection, opts=opts(*deps)
+        )
+        user = zbx.User(
+            f"{name}-{label}-user",
+            {
+                "username": label,
+                "role": "User role",
+                "group": label,
+                "mediatype": mediatype,
+                "send_to": channel.send_to,
+                "severity": severity_mask(channel.min_severity),
+            },
+            connection,
+            opts=opts(group, *deps),
+        )
+        zbx.Action(
+            f"{name}-{label}-action",
+            {
+                "name": label,
+                "min_severity": severity_index(channel.min_severity),
+                "host_groups": host_groups,
+                "user_group": label,
+                "mediatype": mediatype,
+            },
+            connection,
+            opts=opts(group, user, *deps),
+        )
+
+
+def _password(resource_name: str, opts: pulumi.ResourceOptions) -> pulumi.Output[str]:
+    # Zabbix 7.0's default password policy: at least 8 characters, not containing the user name.
+    return pulumi.Output.secret(random.RandomPassword(resource_name, length=32, special=False, opts=opts).result)
+
+
+def _decoded_token(data: Optional[dict]) -> str:
+    import base64
+
+    return base64.b64decode((data or {}).get("token", "")).decode()
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-").replace("--", "-")

@@ -77,3 +77,10 @@ class Charts(Model):
     )
     kueue: Chart = _chart("kueue", "0.19.2", "oci://registry.k8s.io/kueue/charts", "Kueue (quota and admission).")
     zabbix: Chart = _chart("zabbix", "7.0.12", "https://zabbix-community.github.io/helm-zabbix", "Zabbix (monitoring).")
+    kube_state_metrics: Chart = _chart(
+        "kube-state-metrics",
+        "8.4.0",
+        "https://prometheus-community.github.io/helm-charts",
+        'kube-state-metrics, read by Zabbix\'s "Kubernetes cluster state by HTTP" template (the zabbix chart '
+        "does not bundle it).",
+    )

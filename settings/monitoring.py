@@ -1,11 +1,130 @@
-"""`ml-platform:monitoring`: Zabbix on the cluster and the NAS."""
+"""`ml-platform:monitoring`: Zabbix on the cluster and the NAS, its alert thresholds and channels.
+
+Secrets (bot tokens, the agent PSK, the Admin password) are never part of this model: they are
+`SECRET_KEYS` in `settings.root`, read as Pulumi secrets.
+"""
 
 from __future__ import annotations
 
+from typing import Literal, Optional
+
 from pydantic import Field
 
-from settings.types import Model, Name
+from settings.types import Host, Model, Name, Url, Version
+
+# Zabbix trigger severities in ascending order (API `priority` 1..5; 0 "not classified" is never used).
+SEVERITIES = ("information", "warning", "average", "high", "disaster")
+# The Zabbix host groups the platform's hosts go in (the monitoring creates all of them); channels
+# name them in `hostGroups`.
+HOST_GROUPS = (
+    "ml-platform/control-plane",
+    "ml-platform/cpu-nodes",
+    "ml-platform/gpu-nodes",
+    "ml-platform/ceph-storage",
+    "ml-platform/nas",
+    "ml-platform/kubernetes",
+)
+Severity = Literal["information", "warning", "average", "high", "disaster"]
+
+
+class WebSettings(Model):
+    """How operators and this program reach the Zabbix web UI and its API."""
+
+    node_port: Optional[int] = Field(
+        default=31080,
+        ge=30000,
+        le=32767,
+        description="NodePort of the web Service; the URL is http://<cluster.apiEndpoint>:<nodePort>. "
+        "Set to null when ingressHost is used.",
+    )
+    ingress_host: Optional[Host] = Field(
+        default=None, description="Host name of an Ingress to the web UI (https://<ingressHost>); instead of nodePort."
+    )
+    ingress_class_name: Optional[Name] = Field(default=None, description="IngressClass for ingressHost.")
+
+
+class DatabaseSettings(Model):
+    storage_size: str = Field(
+        default="50Gi",
+        pattern=r"^[1-9][0-9]*(Gi|Ti)$",
+        description="Size of the PostgreSQL volume (tier-2 block storage class), e.g. 50Gi.",
+    )
+
+
+class NasAgentSettings(Model):
+    """Zabbix agent 2 on the NAS hosts, installed from an apt repository (point it at a mirror)."""
+
+    apt_repository: Url = Field(
+        default="https://repo.zabbix.com/zabbix/7.0/debian",
+        description="apt repository holding zabbix-agent2 (the official one or an internal mirror of it).",
+    )
+    apt_suite: str = Field(default="bookworm", pattern=r"^[a-z0-9-]+$", description="Suite (codename) of the repo.")
+    apt_key_url: Url = Field(
+        default="https://repo.zabbix.com/zabbix-official-repo-apr2024.gpg",
+        description="URL of the repository's signing key (binary or armored OpenPGP key).",
+    )
+    version: Version = Field(
+        default="1:7.0.16-1+debian12",
+        description="Exact zabbix-agent2 package version (apt `=VERSION` pin; `apt-cache policy zabbix-agent2`).",
+    )
+
+
+class Thresholds(Model):
+    """Trigger thresholds. Each becomes a global user macro that the templates' triggers read, so a
+    change here updates exactly one object in Zabbix."""
+
+    gpu_temperature_celsius: int = Field(
+        default=85, ge=50, le=110, description="GPU temperature (5 min minimum) above which a GPU alerts."
+    )
+    gpu_memory_used_percent: int = Field(
+        default=95, ge=50, le=100, description="GPU frame-buffer use above which a GPU alerts."
+    )
+    ib_port_errors_per_hour: int = Field(
+        default=10, ge=1, le=1_000_000, description="InfiniBand port error counters' growth per hour that alerts."
+    )
+    ceph_pool_used_percent: int = Field(
+        default=80, ge=50, le=99, description="Ceph pool fill level above which it alerts."
+    )
+
+
+class Channel(Model):
+    """One alert destination: a Slack or Mattermost channel (or user), the lowest severity it receives
+    and, optionally, the host groups it is limited to."""
+
+    name: Name = Field(description="Name of the channel's Zabbix alert user, user group and action.")
+    type: Literal["slack", "mattermost"] = Field(description="Media type: slack or mattermost.")
+    send_to: str = Field(
+        description="Slack: '#channel', '@user' or a channel ID; Mattermost: 'team/#channel', 'team/@user' "
+        "or a 26-character channel ID."
+    )
+    min_severity: Severity = Field(default="average", description="Lowest severity sent: " + ", ".join(SEVERITIES))
+    host_groups: list[str] = Field(
+        default=[], description="Host groups whose problems are sent (names from docs/monitoring.md); [] = all."
+    )
+
+
+class AlertingSettings(Model):
+    mattermost_url: Optional[Url] = Field(
+        default=None, description="Base URL of the Mattermost server (required with a mattermost channel)."
+    )
+    channels: list[Channel] = Field(default=[], description="Where alerts go.")
 
 
 class MonitoringSettings(Model):
-    namespace: Name = Field(default="monitoring", description="Namespace of Zabbix.")
+    namespace: Name = Field(default="monitoring", description="Namespace of Zabbix and kube-state-metrics.")
+    image_tag: Version = Field(
+        default="ubuntu-7.0.16",
+        description="Tag of the zabbix/* images (server, web, agent2): the chart's zabbixImageTag.",
+    )
+    web: WebSettings = Field(default=WebSettings(), description="Web UI / API exposure.")
+    server_node_port: int = Field(
+        default=31051,
+        ge=30000,
+        le=32767,
+        description="NodePort of the server's trapper port (10051), for the NAS hosts' active agents.",
+    )
+    database: DatabaseSettings = Field(default=DatabaseSettings(), description="The bundled PostgreSQL.")
+    nas_agent: NasAgentSettings = Field(default=NasAgentSettings(), description="agent2 on the NAS hosts.")
+    api_user: Name = Field(default="ml-platform-api", description="Zabbix user this program works as (token auth).")
+    thresholds: Thresholds = Field(default=Thresholds(), description="Trigger thresholds.")
+    alerting: AlertingSettings = Field(default=AlertingSettings(), description="Alert channels.")

@@ -35,6 +35,20 @@ NAMESPACE = "ml-platform"
 SECRET_KEYS = {
     "sshPrivateKey": "the SSH private key (PEM/OpenSSH) that logs in to every node and NAS host",
     "rke2Token": "the RKE2 join token; when unset, one is generated and kept (secret) in the stack state",
+    "zabbixAdminPassword": "the Zabbix Admin password set on the first up; when unset, one is generated (secret)",
+    "zabbixAgentPsk": "the agent<->server TLS PSK (64+ hex digits); when unset, one is generated (secret)",
+    "zabbixSlackBotToken": "the Slack bot token (xoxb-...) of the Zabbix Slack media type; needed with a slack channel",
+    "zabbixMattermostBotToken": "the Mattermost bot access token; needed with a mattermost channel",
+}
+
+# Plain-config keys that people put secrets under, and the secret key that takes the value instead.
+SECRET_LOOKALIKES = {
+    "botToken": "zabbixSlackBotToken or zabbixMattermostBotToken",
+    "webhookUrl": "zabbixSlackBotToken or zabbixMattermostBotToken (the media types take bot tokens)",
+    "token": "zabbixSlackBotToken or zabbixMattermostBotToken",
+    "psk": "zabbixAgentPsk",
+    "password": "zabbixAdminPassword",
+    "adminPassword": "zabbixAdminPassword",
 }
 
 
@@ -186,6 +200,12 @@ def _path(loc: tuple) -> str:
 def _describe(err: dict) -> str:
     loc = tuple(err["loc"])
     kind = err["type"]
+    if kind == "extra_forbidden" and loc[-1] in SECRET_LOOKALIKES:
+        return (
+            f"{_path(loc)}: a secret must not be plain config (it would sit unencrypted in Pulumi.<stack>.yaml "
+            f"and the state); remove it and set {SECRET_LOOKALIKES[loc[-1]]} with "
+            f"`pulumi config set --secret {NAMESPACE}:<key>` (value on stdin)"
+        )
     if kind == "extra_forbidden":
         model = _model_at(loc[:-1])
         valid = sorted(_aliases(model)) if model else []

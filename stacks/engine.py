@@ -40,7 +40,11 @@ SECRET = "[secret]"
 UNKNOWN = "[unknown]"
 
 # Required secrets that a checkout does not hold: the plan uses placeholders, marked secret.
-PLACEHOLDER_SECRETS = {f"{NAMESPACE}:sshPrivateKey": "placeholder-ssh-private-key"}
+PLACEHOLDER_SECRETS = {
+    f"{NAMESPACE}:sshPrivateKey": "placeholder-ssh-private-key",
+    f"{NAMESPACE}:zabbixSlackBotToken": "placeholder-slack-bot-token",
+    f"{NAMESPACE}:zabbixMattermostBotToken": "placeholder-mattermost-bot-token",
+}
 
 
 @dataclass

@@ -117,6 +117,21 @@ CONTRACT: tuple[OutputSpec, ...] = (
         False,
         "Kueue WorkloadPriorityClasses jobs may name in the label `kueue.x-k8s.io/priority-class`.",
     ),
+    OutputSpec(
+        "zabbixUrl",
+        "string",
+        False,
+        "Zabbix web UI; its API is `<zabbixUrl>/api_jsonrpc.php` (from `monitoring.web`: NodePort or ingress host).",
+    ),
+    OutputSpec("zabbixApiUser", "string", False, "The Zabbix user this program works as (Super admin, token auth)."),
+    OutputSpec("zabbixApiToken", "string", True, "API token of `zabbixApiUser` (`Authorization: Bearer`). Secret."),
+    OutputSpec(
+        "zabbixAdminPassword",
+        "string",
+        True,
+        "Password of the Zabbix `Admin` user (the chart's default is replaced on the first up). Secret.",
+    ),
+    OutputSpec("monitoredHosts", "list[string]", False, "Hosts Zabbix monitors: every node, NAS host, cluster, Ceph."),
 )
 
 

@@ -22,8 +22,8 @@ from components.minio_tier import MinioTier, MinioTierArgs, etcd_s3_server_confi
 from components.network_fabric import NetworkFabric, NetworkFabricArgs
 from components.remote import host_accesses
 from components.scheduling_stack import SchedulingStack, SchedulingStackArgs
-from components.zabbix_monitoring import ZabbixMonitoring, ZabbixMonitoringArgs
-from settings import NAMESPACE, SECRET_KEYS, Settings, load, settings_warnings
+from components.zabbix_monitoring import ZabbixMonitoring, ZabbixMonitoringArgs, ZabbixSecrets
+from settings import NAMESPACE, SECRET_KEYS, Settings, SettingsError, load, settings_warnings
 from settings.rules import minio_layout
 from stacks import outputs
 
@@ -32,6 +32,7 @@ from stacks import outputs
 class Secrets:
     ssh_private_key: pulumi.Output[str]
     rke2_token: Optional[pulumi.Output[str]]
+    zabbix: ZabbixSecrets = ZabbixSecrets()
 
 
 def run() -> dict[str, Any]:
@@ -39,12 +40,42 @@ def run() -> dict[str, Any]:
     settings = load(read_config())
     for warning in settings_warnings(settings):
         pulumi.log.warn(warning)
+    problems = secret_problems(settings)
+    if problems:
+        raise SettingsError(problems)
     config = pulumi.Config(NAMESPACE)
     secrets = Secrets(
         ssh_private_key=config.require_secret("sshPrivateKey"),
         rke2_token=config.get_secret("rke2Token"),
+        zabbix=ZabbixSecrets(
+            admin_password=config.get_secret("zabbixAdminPassword"),
+            agent_psk=config.get_secret("zabbixAgentPsk"),
+            slack_bot_token=config.get_secret("zabbixSlackBotToken"),
+            mattermost_bot_token=config.get_secret("zabbixMattermostBotToken"),
+        ),
     )
     return build(settings, secrets)
+
+
+def secret_problems(settings: Settings) -> list[str]:
+    """Zabbix secret keys set as plain config (they would sit unencrypted in the stack file and state), and
+    the bot tokens that the configured alert channels need but the config lacks."""
+    problems = []
+    for key in sorted(k for k in SECRET_KEYS if k.startswith("zabbix")):
+        full = f"{NAMESPACE}:{key}"
+        if pulumi.runtime.config.get_config(full) is not None and not pulumi.runtime.config.is_config_secret(full):
+            problems.append(
+                f"{full}: set as plain config; it is a secret: `pulumi config rm {full}`, then "
+                f"`pulumi config set --secret {full}` with the value on stdin"
+            )
+    needed = {"slack": "zabbixSlackBotToken", "mattermost": "zabbixMattermostBotToken"}
+    for kind in sorted({c.type for c in settings.monitoring.alerting.channels}):
+        full = f"{NAMESPACE}:{needed[kind]}"
+        if pulumi.runtime.config.get_config(full) is None:
+            problems.append(
+                f"{full}: required by the {kind} alert channel(s); set it with `pulumi config set --secret`"
+            )
+    return problems
 
 
 def read_config() -> dict[str, Any]:
@@ -148,7 +179,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             cluster_ready=in_cluster,
         ),
     )
-    ZabbixMonitoring(
+    monitoring = ZabbixMonitoring(
         "monitoring",
         ZabbixMonitoringArgs(
             monitoring=settings.monitoring,
@@ -156,6 +187,13 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             hosts=hosts,
             provider=cluster.provider,
             cluster_ready=in_cluster,
+            cluster_name=settings.cluster.name,
+            api_endpoint=settings.cluster.api_endpoint,
+            nodes=settings.nodes,
+            nas_hosts=settings.nas.hosts,
+            block_storage_class=ceph.storage_classes.get("tier2Block"),
+            ceph_namespace=ceph.namespace or None,
+            secrets=secrets.zabbix,
         ),
     )
     return outputs.finalize(
@@ -182,5 +220,10 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             "teamClusterQueues": scheduling.team_cluster_queues,
             "teamKubeconfigs": scheduling.team_kubeconfigs,
             "workloadPriorityClasses": scheduling.priority_classes,
+            "zabbixUrl": monitoring.url,
+            "zabbixApiUser": monitoring.api_user,
+            "zabbixApiToken": monitoring.api_token,
+            "zabbixAdminPassword": monitoring.admin_password,
+            "monitoredHosts": monitoring.monitored_hosts,
         }
     )

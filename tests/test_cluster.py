@@ -213,8 +213,9 @@ def test_adding_a_node_changes_nothing_else(prod_plan):
         "cpu-36-membership",
         "cpu-36-prepare",
         "cpu-36-rke2",
+        "cpu-36-zabbix-host",
     ]
-    assert result["removed"] == [] and result["changed"] == {} and result["outputs"] == {}
+    assert result["removed"] == [] and result["changed"] == {} and result["outputs"] == {"monitoredHosts": "changed"}
 
 
 def test_removing_a_node_removes_only_its_resources(prod_plan):
@@ -227,6 +228,7 @@ def test_removing_a_node_removes_only_its_resources(prod_plan):
         "cpu-30-membership",
         "cpu-30-prepare",
         "cpu-30-rke2",
+        "cpu-30-zabbix-host",
     ]
     assert result["added"] == [] and result["changed"] == {}
 

@@ -156,7 +156,12 @@ def test_driver_from_operator_or_host(prod_plan):
 
 
 def test_dcgm_exporter_on_without_service_monitor(prod_plan):
-    assert _values(prod_plan, "gpu-operator")["dcgmExporter"] == {"enabled": True, "serviceMonitor": {"enabled": False}}
+    # Host network: Zabbix scrapes each GPU node's exporter at <node address>:9400 (docs/monitoring.md).
+    assert _values(prod_plan, "gpu-operator")["dcgmExporter"] == {
+        "enabled": True,
+        "hostNetwork": True,
+        "serviceMonitor": {"enabled": False},
+    }
 
 
 def test_operator_waits_for_the_cluster_and_its_privileged_namespace(prod_plan):

@@ -36,6 +36,7 @@ PUBLISHED: dict[str, tuple[str, bool]] = {
     "minioReadToleranceHosts": ("integer", False),
     "minioUsableFraction": ("number", False),
     "minioWriteToleranceHosts": ("integer", False),
+    "monitoredHosts": ("list[string]", False),
     "rdmaResourceName": ("string", False),
     "rke2Token": ("string", True),
     "storageClasses": ("map[string]", False),
@@ -44,6 +45,10 @@ PUBLISHED: dict[str, tuple[str, bool]] = {
     "teamLocalQueues": ("map[string]", False),
     "teamNamespaces": ("map[list[string]]", False),
     "workloadPriorityClasses": ("list[string]", False),
+    "zabbixAdminPassword": ("string", True),
+    "zabbixApiToken": ("string", True),
+    "zabbixApiUser": ("string", False),
+    "zabbixUrl": ("string", False),
 }
 
 DECLARED = {spec.name: spec for spec in CONTRACT}

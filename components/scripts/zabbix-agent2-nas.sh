@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# zabbix-agent2-nas.sh: Zabbix agent 2 on a NAS host (Debian), pinned, PSK-encrypted, active checks.
+# Parameters: APT_REPOSITORY APT_SUITE APT_KEY_URL AGENT_VERSION ZBX_HOSTNAME ZBX_SERVER
+#             ZBX_SERVER_ACTIVE PSK_IDENTITY. The PSK (hex) arrives on stdin, never on the command line.
+# Idempotent: writes the apt source, key, config and PSK file only when they differ, installs only a
+# different version, restarts the agent only when something changed.
+set -euo pipefail
+
+: "${APT_REPOSITORY:?}" "${APT_SUITE:?}" "${APT_KEY_URL:?}" "${AGENT_VERSION:?}" "${ZBX_HOSTNAME:?}"
+: "${ZBX_SERVER:?}" "${ZBX_SERVER_ACTIVE:?}" "${PSK_IDENTITY:?}"
+
+keyring=/usr/share/keyrings/ml-platform-zabbix.gpg
+psk_file=/etc/zabbix/ml-platform.psk
+restart=0
+
+IFS= read -r psk || true
+[[ $psk =~ ^[0-9a-fA-F]{32,512}$ ]] || fail "the PSK on stdin must be 32-512 hex digits"
+
+# The repository key: fetched once; replaced only when the URL in settings changes.
+if [[ ! -s $keyring || "$(cat "$keyring.url" 2>/dev/null)" != "$APT_KEY_URL" ]]; then
+  key=$(mktemp)
+  curl -fsSL --retry 3 -o "$key" "$APT_KEY_URL" || fail "cannot download the zabbix repository key from $APT_KEY_URL"
+  if grep -q "BEGIN PGP PUBLIC KEY BLOCK" "$key"; then
+    gpg --batch --yes --dearmor -o "$keyring" "$key"
+  else
+    install -m 0644 "$key" "$keyring"
+  fi
+  rm -f "$key"
+  printf '%s\n' "$APT_KEY_URL" >"$keyring.url"
+  changed "installed the zabbix repository key from $APT_KEY_URL"
+fi
+
+if write_file /etc/apt/sources.list.d/ml-platform-zabbix.list 0644 \
+  "deb [signed-by=$keyring] $APT_REPOSITORY $APT_SUITE main"; then
+  DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+fi
+
+installed=$(dpkg-query -W -f='${Version}' zabbix-agent2 2>/dev/null || true)
+if [[ $installed != "$AGENT_VERSION" ]]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    "zabbix-agent2=$AGENT_VERSION" >/dev/null
+  changed "installed zabbix-agent2 $AGENT_VERSION (was ${installed:-none})"
+  restart=1
+fi
+
+if write_file "$psk_file" 0600 "$psk"; then
+  restart=1
+fi
+chown zabbix: "$psk_file" 2>/dev/null || chown root: "$psk_file"
+if [[ "$(stat -c %U "$psk_file")" == zabbix ]]; then chmod 0400 "$psk_file"; fi
+
+# A drop-in: the package's zabbix_agent2.conf includes /etc/zabbix/zabbix_agent2.d/*.conf.
+if write_file /etc/zabbix/zabbix_agent2.d/ml-platform.conf 0644 "$(
+  cat <<CONF
+# Written by ml-platform (zabbix-agent2-nas.sh); changes here are overwritten.
+Hostname=$ZBX_HOSTNAME
+Server=$ZBX_SERVER
+ServerActive=$ZBX_SERVER_ACTIVE
+TLSConnect=psk
+TLSAccept=psk
+TLSPSKIdentity=$PSK_IDENTITY
+TLSPSKFile=$psk_file
+CONF
+)"; then
+  restart=1
+fi
+
+systemctl enable zabbix-agent2 >/dev/null 2>&1
+if ((restart)) || ! systemctl is-active --quiet zabbix-agent2; then
+  systemctl restart zabbix-agent2
+  changed "restarted zabbix-agent2"
+fi
