@@ -228,12 +228,13 @@ def test_threshold_change_is_a_one_resource_update(prod_plan):
 
 def test_removed_host_drops_its_zabbix_host(prod_plan):
     def mutate(raw):
-        raw["nas"]["hosts"] = [h for h in raw["nas"]["hosts"] if h["name"] != "nas-04"]
+        raw["nodes"] = [n for n in raw["nodes"] if n["name"] != "cpu-35"]
 
     smaller = evaluate("prod", mutate)
     result = plan_cli.diff(json.loads(prod_plan.to_json()), json.loads(smaller.to_json()))
     removed = {urn.rsplit("::", 1)[1] for urn in result["removed"]}
-    assert {"nas-04-zabbix-host", "nas-04-zabbix-agent2"} <= removed
+    assert "cpu-35-zabbix-host" in removed  # deleted in Zabbix by `up` (tests/test_zabbix_api.py)
+    assert "cpu-35" not in smaller.outputs["monitoredHosts"]
 
 
 def test_channels_become_media_types_users_and_actions(prod_plan):
