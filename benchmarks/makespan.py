@@ -57,6 +57,10 @@ DURATIONS: dict[str, tuple[int, str]] = {
         "MinIO binary (~100 MB) from the site mirror, XFS on the NAS drives, service start, then its wait for "
         "write quorum while the other NAS hosts start in parallel",
     ),
+    "zabbix-agent2-nas.sh": (
+        45,
+        "zabbix-agent2 package (~10 MB) from the site mirror, config and PSK files, service restart",
+    ),
     "other host script": (120, "a host step this model does not know: the conservative figure"),
     "helm release": (
         180,
