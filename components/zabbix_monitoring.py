@@ -34,6 +34,7 @@ import yaml
 
 from components import zabbix_objects as zbx
 from components.helm import release
+from components.namespaces import platform_namespace
 from components.remote import HostAccess, host_script
 from settings import Charts, MonitoringSettings, NasHost, NodeSettings
 from settings.monitoring import HOST_GROUPS, SEVERITIES, Channel
@@ -224,7 +225,15 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         mon = args.monitoring
         ns = mon.namespace
         k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.cluster_ready))
-        namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata={"name": ns}, opts=k8s_opts)
+        namespace = platform_namespace(
+            f"{name}-namespace",
+            ns,
+            "privileged",
+            "the Zabbix agent DaemonSet uses the host network and mounts the host's /proc, /sys and /",
+            provider=args.provider,
+            parent=self,
+            depends_on=list(args.cluster_ready),
+        )
         in_ns = pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=[namespace]))
         db_password = _password(f"{name}-db-password", pulumi.ResourceOptions(parent=self))
         db_secret = k8s.core.v1.Secret(
