@@ -201,8 +201,9 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         self.admin_password = args.secrets.admin_password or _password(f"{name}-admin-password", child)
         api_password = _password(f"{name}-api-password", child)
+        # RandomBytes, not RandomId: its outputs are secret in the state too (RandomId's hex is plain there).
         psk = args.secrets.agent_psk or pulumi.Output.secret(
-            random.RandomId(f"{name}-agent-psk", byte_length=32, opts=child).hex
+            random.RandomBytes(f"{name}-agent-psk", length=32, opts=child).hex
         )
 
         chart = self._cluster_half(name, args, psk)

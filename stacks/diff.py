@@ -33,11 +33,12 @@ ABSENT = object()
 #   Diff: `forceNewFields := []string{".name", ".namespace"}`; DeleteBeforeReplace false).
 # - command:remote:Command: `triggers` (the pulumi_command SDK itself registers every Command with
 #   `replace_on_changes=["triggers[*]"]`, pulumi_command/remote/command.py; so it is in the plan too).
-# - random:index/randomPassword:RandomPassword: every input (terraform-provider-random marks each
+# - random:index/randomPassword:RandomPassword and randomBytes:RandomBytes: every input (terraform-provider-random marks each
 #   attribute RequiresReplace; pulumi_random/random_password.py: `keepers` "trigger recreation").
 # - core/v1 ConfigMap: also `.data`, `.binaryData` (forcenew.go).
 # - tls:index/*: every argument (terraform-provider-tls marks each one RequiresReplace).
 K8S_OBJECT = ("metadata.name", "metadata.namespace")
+ZABBIX_KINDS = ("HostGroup", "GlobalMacro", "TemplateImport", "Host", "MediaType", "UserGroup", "User", "Action")
 TLS_TYPES = ("privateKey:PrivateKey", "selfSignedCert:SelfSignedCert", "certRequest:CertRequest")
 REPLACE_ON: dict[str, tuple[str, ...]] = {
     "kubernetes:core/v1:ConfigMap": (*K8S_OBJECT, "data", "binaryData"),
@@ -46,6 +47,11 @@ REPLACE_ON: dict[str, tuple[str, ...]] = {
     "kubernetes:storage.k8s.io/v1:StorageClass": (*K8S_OBJECT, "parameters", "provisioner"),
     "command:remote:Command": ("triggers",),
     "random:index/randomPassword:RandomPassword": ("",),
+    "random:index/randomBytes:RandomBytes": ("",),
+    # components/zabbix_objects.py, the providers' own `diff`: an object is replaced only when its kind
+    # changes (it is adopted by natural key otherwise); the bootstrap on any of its inputs.
+    **{f"pulumi-python:dynamic/zabbix:{kind}": ("kind",) for kind in ZABBIX_KINDS},
+    "pulumi-python:dynamic/zabbix:Bootstrap": ("url", "api_user", "admin_password", "api_password"),
 }
 
 # The program's own dynamic providers (components/minio_objects.py, their `diff`), by the input that names
