@@ -33,8 +33,9 @@ ABSENT = object()
 #   Diff: `forceNewFields := []string{".name", ".namespace"}`; DeleteBeforeReplace false).
 # - command:remote:Command: `triggers` (the pulumi_command SDK itself registers every Command with
 #   `replace_on_changes=["triggers[*]"]`, pulumi_command/remote/command.py; so it is in the plan too).
-# - random:index/randomPassword:RandomPassword and randomBytes:RandomBytes: every input (terraform-provider-random marks each
-#   attribute RequiresReplace; pulumi_random/random_password.py: `keepers` "trigger recreation").
+# - random:index/randomPassword:RandomPassword and randomBytes:RandomBytes: every input
+#   (terraform-provider-random marks each attribute RequiresReplace;
+#   pulumi_random/random_password.py: `keepers` "trigger recreation").
 # - core/v1 ConfigMap: also `.data`, `.binaryData` (forcenew.go).
 # - tls:index/*: every argument (terraform-provider-tls marks each one RequiresReplace).
 K8S_OBJECT = ("metadata.name", "metadata.namespace")
