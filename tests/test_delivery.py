@@ -370,3 +370,19 @@ def test_a_head_with_invalid_settings_fails_the_step(exported_head, tmp_path):
     assert "exited with 2" in result.note and "clustr" in result.note
     report = review.markdown([result], exported_head, head)
     assert "the change breaks `lab`" in report
+
+
+def test_every_requirement_is_pinned_in_its_lock_file():
+    # `make` installs only the lock files: a requirement missing from them is missing on a fresh machine.
+    for source, lock in (("requirements.txt", "requirements.lock"), ("requirements-dev.txt", "requirements-dev.lock")):
+        pinned = {
+            re.split(r"==", line)[0].lower().replace("_", "-")
+            for line in (ROOT / lock).read_text().splitlines()
+            if "==" in line and not line.startswith("#")
+        }
+        wanted = {
+            re.split(r"[~=<>!\[ ]", line)[0].lower().replace("_", "-")
+            for line in (ROOT / source).read_text().splitlines()
+            if line.strip() and not line.startswith(("#", "-"))
+        }
+        assert wanted - pinned == set(), f"{lock} lacks {sorted(wanted - pinned)}: run `make lock`"
