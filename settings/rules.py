@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from settings.erasure import ErasureLayout, default_parity, default_set_size, host_range, set_size_problem
 from settings.monitoring import HOST_GROUPS
@@ -401,59 +401,113 @@ def _backup_source_problems(s: Settings, add) -> None:
             add(f"storage.minio.backup.sources[{i}].name: {source.name!r} is used twice; names must be unique")
 
 
-# Kubernetes minors each chart line supports upstream, with the source. (field, line, lowest, highest,
-# source); `None` where the source states no bound. The CephTier values are written for Rook v1.20
-# (ceph-csi-drivers chart), so another Rook line is refused as well. The GPU Operator and Network Operator
-# platform-support pages were not captured in the reference data this project checks against: they
-# are not in the table yet (docs/hardening.md, "Versions that fit together").
-K8S_SUPPORT: tuple[tuple[str, str, int | None, int | None, str], ...] = (
-    (
+class K8sSupport(NamedTuple):
+    """The Kubernetes minors one chart line supports upstream, and where that is written."""
+
+    field: str  # the `charts.<field>` key
+    line: str  # version prefix: "v1.20" matches v1.20.6
+    lowest: int  # Kubernetes 1.<lowest>
+    highest: int  # Kubernetes 1.<highest>
+    source: str
+    verified: bool = True  # False: the pinned release's own page could not be read; outside -> warning only
+
+
+# The CephTier values are written for Rook v1.20 (ceph-csi-drivers chart), so another Rook line is
+# refused as well (REQUIRED_LINES). docs/hardening.md "Versions that fit together" shows this table.
+K8S_SUPPORT: tuple[K8sSupport, ...] = (
+    K8sSupport(
         "rookCeph",
         "v1.20",
         31,
         36,
         "rook/rook prerequisites.md on the v1.20 line (Kubernetes v1.31-v1.36; research/reliability-security.md 1.1)",
     ),
-    ("rookCephCluster", "v1.20", 31, 36, "as rookCeph"),
-    (
+    K8sSupport("rookCephCluster", "v1.20", 31, 36, "as rookCeph"),
+    K8sSupport(
         "cilium",
         "1.19",
         34,
         36,
         "rancher/rke2 charts/chart_versions.yaml: rke2-cilium 1.19.601 in v1.34.10, v1.35.7, v1.36.3",
     ),
+    K8sSupport(
+        "gpuOperator",
+        "v26.7",
+        33,
+        37,
+        "NVIDIA/cloud-native-docs gpu-operator/platform-support.rst for 26.7.0: 1.33-1.37 "
+        "(PR #488 raised the top to 1.37, PR #490 the Ubuntu 24.04 floor to 1.33)",
+    ),
+    K8sSupport(
+        "networkOperator",
+        "26.4",
+        31,
+        35,
+        "Mellanox/network-operator-docs docs/platform-support.rst as of the 26.1 line (Kubernetes >=1.31 and "
+        "<=1.35, Rancher RKE2 1.31-1.35); the 26.4 page (docs.nvidia.com/networking/display/kubernetes2640/"
+        "platform-support.html) was not readable here",
+        verified=False,
+    ),
 )
 # Lines the program's values are written for; a chart field listed here must match one of its lines.
 REQUIRED_LINES = {"rookCeph", "rookCephCluster"}
 
 
-def _version_problems(s: Settings, add) -> None:
-    """The RKE2 minor against the Kubernetes range each pinned chart line supports upstream."""
-    minor = int(s.cluster.rke2_version.split(".")[1])
-    versions = {
+def _chart_versions(s: Settings) -> dict[str, str | None]:
+    """The pinned version of every chart this configuration deploys that K8S_SUPPORT can judge."""
+    has_gpus = bool(s.gpu_nodes)
+    return {
         "rookCeph": s.charts.rook_ceph.version,
         "rookCephCluster": s.charts.rook_ceph_cluster.version,
         "cilium": s.charts.cilium.version if s.network.cni == "cilium" else None,
+        "gpuOperator": s.charts.gpu_operator.version if has_gpus else None,
+        "networkOperator": s.charts.network_operator.version if has_gpus else None,
     }
-    for field, version in versions.items():
+
+
+def _support_row(field: str, version: str) -> K8sSupport | None:
+    line = ".".join(version.split(".")[:2])
+    return next((row for row in K8S_SUPPORT if row.field == field and row.line == line), None)
+
+
+def _out_of_range(s: Settings, row: K8sSupport, version: str) -> str | None:
+    minor = int(s.cluster.rke2_version.split(".")[1])
+    if row.lowest <= minor <= row.highest:
+        return None
+    return (
+        f"cluster.rke2Version: {s.cluster.rke2_version!r} is Kubernetes 1.{minor}, but charts.{row.field}.version "
+        f"{version!r} supports Kubernetes 1.{row.lowest}-1.{row.highest} ({row.source}); pick an RKE2 release in "
+        "that range or a chart release that supports it"
+    )
+
+
+def _version_problems(s: Settings, add) -> None:
+    """The RKE2 minor against the Kubernetes range each pinned chart line supports upstream."""
+    for field, version in _chart_versions(s).items():
         if version is None:
             continue
-        line = ".".join(version.split(".")[:2])
-        rows = [row for row in K8S_SUPPORT if row[0] == field and row[1] == line]
-        if not rows:
+        row = _support_row(field, version)
+        if row is None:
             if field in REQUIRED_LINES:
                 add(
                     f"charts.{field}.version: {version!r} is not a Rook v1.20 release; this program configures "
                     "Ceph-CSI through the ceph-csi-drivers chart that Rook v1.20 introduced, use e.g. 'v1.20.6'"
                 )
             continue
-        _, _, low, high, source = rows[0]
-        if (low is not None and minor < low) or (high is not None and minor > high):
-            add(
-                f"cluster.rke2Version: {s.cluster.rke2_version!r} is Kubernetes 1.{minor}, but charts.{field}.version "
-                f"{version!r} supports Kubernetes 1.{low}-1.{high} ({source}); pick an RKE2 release in that range "
-                "or a chart release that supports it"
-            )
+        problem = _out_of_range(s, row, version)
+        if problem and row.verified:
+            add(problem)
+
+
+def _version_warnings(s: Settings) -> list[str]:
+    """Ranges taken from a neighbouring release's page: outside them is worth a look, not a refusal."""
+    found = []
+    for field, version in _chart_versions(s).items():
+        row = _support_row(field, version) if version else None
+        problem = _out_of_range(s, row, version) if row and not row.verified else None
+        if problem:
+            found.append(f"{problem} (range not verified for this release: check it before `pulumi up`)")
+    return found
 
 
 def settings_warnings(s: Settings) -> list[str]:
@@ -466,6 +520,7 @@ def settings_warnings(s: Settings) -> list[str]:
         for j, osd in enumerate(node.osd_devices):
             if not osd.wipe and is_kernel_name(osd.device):
                 warnings.append(kernel_name_warning(f"nodes[{i}].osdDevices[{j}].device", osd.device))
+    warnings.extend(_version_warnings(s))
     if s.storage_hosts and not s.storage.ceph.deployed:
         warnings.append(
             "storage.ceph.deployed: false while nodes list osdDevices; once tier 2 is up, set it true so that "

@@ -276,6 +276,35 @@ def test_an_rke2_release_outside_the_charts_kubernetes_range_is_refused():
     assert problems("prod", lambda raw: raw["cluster"].update({"rke2Version": "v1.36.3+rke2r1"})) == []
 
 
+def test_the_gpu_operator_range_is_checked_and_only_where_gpus_are_deployed():
+    def calico_at(version):
+        def mutate(raw):
+            raw["cluster"]["rke2Version"] = version
+            raw["network"]["cni"] = "calico"
+
+        return mutate
+
+    found = problems("prod", calico_at("v1.32.9+rke2r1"))
+    assert [p for p in found if "charts.gpuOperator.version" in p and "Kubernetes 1.33-1.37" in p], found
+    assert not [p for p in found if "charts.cilium" in p]  # Calico deploys no Cilium chart
+
+    def without_gpus(raw):
+        calico_at("v1.32.9+rke2r1")(raw)
+        raw["nodes"] = [n for n in raw["nodes"] if not n.get("gpu")]
+
+    assert not [p for p in problems("prod", without_gpus) if "gpuOperator" in p]
+
+
+def test_an_unverified_range_warns_instead_of_refusing():
+    raw = stack_doc("prod")
+    raw["cluster"]["rke2Version"] = "v1.36.3+rke2r1"
+    settings = load(raw)  # not refused
+    [warning] = [w for w in settings_warnings(settings) if "charts.networkOperator.version" in w]
+    assert "Kubernetes 1.31-1.35" in warning and "not verified" in warning
+    raw["cluster"]["rke2Version"] = "v1.35.7+rke2r1"
+    assert not [w for w in settings_warnings(load(raw)) if "networkOperator" in w]
+
+
 def test_an_unsupported_combination_exits_2_from_the_plan(tmp_path, capsys):
     import yaml
 
