@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
@@ -47,6 +49,28 @@ def problems(stack: str = "prod", mutate: Optional[Callable[[dict], Any]] = None
     except SettingsError as exc:
         return exc.problems
     return []
+
+
+def run_plan(
+    tmp_path: Path, mutate: Callable[[dict], Any], stack: str = "prod"
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """Run `python -m stacks.plan <stack> --out` as a user would, on Pulumi.<stack>.yaml after `mutate`.
+
+    `mutate` edits the parsed `config:` section in place (keys with the `ml-platform:` namespace).
+    Returns the finished process and the `--out` path, which exists only when the plan was written.
+    """
+    doc = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
+    mutate(doc["config"])
+    config = tmp_path / f"Pulumi.{stack}.changed.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "plan.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "stacks.plan", stack, "--config", str(config), "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    return proc, out
 
 
 def tolerates(toleration: dict[str, Any], taint: str) -> bool:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import shlex
-import subprocess
-import sys
 from functools import cache
 
 import pytest
@@ -14,7 +12,7 @@ from components.cluster import GPU_TAINT
 from components.remote import fingerprint
 from stacks import plan as plan_cli
 from stacks.engine import Plan
-from tests.conftest import ROOT, evaluate, problems, stack_doc
+from tests.conftest import evaluate, problems, run_plan, stack_doc
 
 COMMAND = "command:remote:Command"
 
@@ -321,17 +319,10 @@ def test_a_version_bump_updates_servers_then_agents_in_place(prod_plan):
     ],
 )
 def test_downgrade_and_minor_skip_exit_2(tmp_path, wanted, message):
-    doc = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
-    doc["config"]["ml-platform:cluster"].update(rke2Version=wanted, deployedRke2Version="v1.35.7+rke2r1")
-    config = tmp_path / "bumped.yaml"
-    config.write_text(yaml.safe_dump(doc))
-    out = tmp_path / "plan.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "stacks.plan", "prod", "--config", str(config), "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    def bump(config):
+        config["ml-platform:cluster"].update(rke2Version=wanted, deployedRke2Version="v1.35.7+rke2r1")
+
+    proc, out = run_plan(tmp_path, bump)
     assert proc.returncode == 2 and not out.exists()
     assert f"cluster.rke2Version: {wanted!r} {message}" in proc.stderr
 

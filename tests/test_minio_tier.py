@@ -12,7 +12,6 @@ import pickle
 import re
 import stat
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,7 +20,6 @@ from types import SimpleNamespace
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-import yaml
 from argon2.low_level import Type, hash_secret_raw
 from Crypto.Cipher import AES
 
@@ -35,7 +33,7 @@ from settings import load
 from settings.erasure import ErasureLayout, default_parity, default_set_size, host_range
 from settings.rules import minio_layout
 from stacks.engine import SECRET
-from tests.conftest import ROOT, evaluate, problems, stack_doc
+from tests.conftest import ROOT, evaluate, problems, run_plan, stack_doc
 from tests.s3server import ACCESS_KEY, SECRET_KEY, serve_s3
 
 # --- erasure arithmetic: the cases of ../shared/research/reliability-security.md §1.2 ------------
@@ -155,18 +153,8 @@ def test_nas_addresses_must_be_consecutive():
 
 
 def _run_cli(tmp_path: Path, mutate) -> tuple[subprocess.CompletedProcess, Path]:
-    doc = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
-    mutate({k.split(":", 1)[1]: v for k, v in doc["config"].items()})
-    config = tmp_path / "bad.yaml"
-    config.write_text(yaml.safe_dump(doc))
-    out = tmp_path / "plan.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "stacks.plan", "prod", "--config", str(config), "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    return proc, out
+    # `mutate` takes keys without the namespace; the values it edits are the config's own objects.
+    return run_plan(tmp_path, lambda config: mutate({k.split(":", 1)[1]: v for k, v in config.items()}))
 
 
 @pytest.mark.parametrize(

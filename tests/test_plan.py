@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from stacks import plan as plan_cli
 from stacks.engine import evaluate_stack
-from tests.conftest import ROOT, evaluate, stack_doc
+from tests.conftest import ROOT, evaluate, run_plan, stack_doc
 
 
 def test_prod_inventory_shape():
@@ -132,45 +131,30 @@ def test_piping_into_head_exits_quietly():
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
 
 
-def _run_cli(tmp_path: Path, mutate) -> tuple[subprocess.CompletedProcess, Path]:
-    doc = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
-    mutate(doc["config"])
-    config = tmp_path / "bad.yaml"
-    config.write_text(yaml.safe_dump(doc))
-    out = tmp_path / "plan.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "stacks.plan", "prod", "--config", str(config), "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    return proc, out
-
-
 def _node(config: dict, name: str) -> dict:
     return next(n for n in config["ml-platform:nodes"] if n["name"] == name)
 
 
 def test_gpu_node_without_infiniband_exits_2(tmp_path):
-    proc, out = _run_cli(tmp_path, lambda c: _node(c, "gpu-02").pop("infiniband"))
+    proc, out = run_plan(tmp_path, lambda c: _node(c, "gpu-02").pop("infiniband"))
     assert proc.returncode == 2 and not out.exists()
     assert "nodes[36] (gpu-02).infiniband: GPU node 'gpu-02' has no InfiniBand settings" in proc.stderr
 
 
 def test_two_control_plane_servers_exit_2(tmp_path):
-    proc, out = _run_cli(tmp_path, lambda c: _node(c, "cpu-03").update({"controlPlane": False}))
+    proc, out = run_plan(tmp_path, lambda c: _node(c, "cpu-03").update({"controlPlane": False}))
     assert proc.returncode == 2 and not out.exists()
     assert "nodes: 2 control-plane servers (cpu-01, cpu-02)" in proc.stderr
 
 
 def test_duplicated_address_exits_2(tmp_path):
-    proc, out = _run_cli(tmp_path, lambda c: _node(c, "cpu-09").update({"address": "10.20.1.11"}))
+    proc, out = run_plan(tmp_path, lambda c: _node(c, "cpu-09").update({"address": "10.20.1.11"}))
     assert proc.returncode == 2 and not out.exists()
     assert "nodes[8] (cpu-09).address: '10.20.1.11' is used by more than one host" in proc.stderr
 
 
 def test_misspelled_key_exits_2(tmp_path):
-    proc, out = _run_cli(tmp_path, lambda c: _node(c, "cpu-01").update({"controlplane": True}))
+    proc, out = run_plan(tmp_path, lambda c: _node(c, "cpu-01").update({"controlplane": True}))
     assert proc.returncode == 2 and not out.exists()
     assert "nodes[0] (cpu-01).controlplane: unknown key (did you mean 'controlPlane'?)" in proc.stderr
 
@@ -227,7 +211,7 @@ def test_every_settings_problem_at_once(tmp_path):
         _node(config, "cpu-09")["address"] = "10.20.1.11"  # cpu-01's address
         _node(config, "gpu-02").pop("infiniband")
 
-    proc, out = _run_cli(tmp_path, three_mistakes)
+    proc, out = run_plan(tmp_path, three_mistakes)
     assert proc.returncode == 2 and not out.exists()
     problems = [line.strip() for line in proc.stderr.splitlines()[1:]]
     assert problems == [

@@ -9,8 +9,6 @@ and what bad scheduling settings say.
 from __future__ import annotations
 
 import base64
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,7 @@ from components.scheduling_stack import (
 )
 from settings import load
 from stacks import engine
-from tests.conftest import ROOT, evaluate, problems, stack_doc, tolerates
+from tests.conftest import ROOT, evaluate, problems, run_plan, stack_doc, tolerates
 from tests.upstream import crd_schema, crd_schema_errors, spec_schema, unknown_value_paths, upstream_values
 
 KUEUE = ("kueue", "v0.19.2")
@@ -479,17 +477,10 @@ def test_time_slicing_counts_toward_schedulable_gpus():
 
 
 def test_overquota_exits_2_and_registers_nothing(tmp_path: Path):
-    doc = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
-    doc["config"]["ml-platform:scheduling"]["teams"][0]["quotas"][H100]["gpus"] = 80
-    config = tmp_path / "bad.yaml"
-    config.write_text(yaml.safe_dump(doc))
-    out = tmp_path / "plan.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "stacks.plan", "prod", "--config", str(config), "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    def overquota(config):
+        config["ml-platform:scheduling"]["teams"][0]["quotas"][H100]["gpus"] = 80
+
+    proc, out = run_plan(tmp_path, overquota)
     assert proc.returncode == 2 and not out.exists()
     assert f"scheduling.teams: nominal GPU quotas on flavor '{H100}' add up to 136" in proc.stderr
     assert "scheduling.allowOvercommit: true" in proc.stderr

@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from components.cluster import GPU_TAINT
 from components.remote import script_text
 from components.zabbix_monitoring import RELEASE, severity_mask
 from settings import load
 from stacks import plan as plan_cli
-from tests.conftest import evaluate, problems, stack_doc, tolerates
+from tests.conftest import evaluate, problems, run_plan, stack_doc, tolerates
 from tests.upstream import unknown_value_paths, upstream_values
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -273,19 +271,12 @@ def test_outputs(prod_plan):
 
 
 def test_no_secret_in_plain_text_in_the_plan_json(tmp_path):
-    doc = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
-    doc["config"]["ml-platform:zabbixSlackBotToken"] = {"secure": "v1:c2xhY2s="}
-    doc["config"]["ml-platform:zabbixAdminPassword"] = {"secure": "v1:YWRtaW4="}
-    doc["config"]["ml-platform:zabbixAgentPsk"] = {"secure": "v1:cHNr"}
-    config = tmp_path / "with-secrets.yaml"
-    config.write_text(yaml.safe_dump(doc))
-    out = tmp_path / "plan.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "stacks.plan", "prod", "--config", str(config), "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    def with_secrets(config):
+        config["ml-platform:zabbixSlackBotToken"] = {"secure": "v1:c2xhY2s="}
+        config["ml-platform:zabbixAdminPassword"] = {"secure": "v1:YWRtaW4="}
+        config["ml-platform:zabbixAgentPsk"] = {"secure": "v1:cHNr"}
+
+    proc, out = run_plan(tmp_path, with_secrets)
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
     # load_stack_config turns `secure:` values into "placeholder-<key>" strings marked secret.
@@ -298,17 +289,7 @@ def test_no_secret_in_plain_text_in_the_plan_json(tmp_path):
 
 
 def _run(tmp_path: Path, mutate) -> subprocess.CompletedProcess:
-    doc = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
-    mutate(doc["config"])
-    config = tmp_path / "bad.yaml"
-    config.write_text(yaml.safe_dump(doc))
-    out = tmp_path / "plan.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "stacks.plan", "prod", "--config", str(config), "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    proc, out = run_plan(tmp_path, mutate)
     assert proc.returncode == 2 and not out.exists(), proc.stderr
     return proc
 
