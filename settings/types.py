@@ -128,7 +128,7 @@ def _host_key(value: str) -> str:
     return value.strip()
 
 
-def _url(value: str) -> str:
+def url(value: str) -> str:
     """An `https://`, `http://` or `oci://` URL."""
     if not re.match(r"^(https?|oci)://[^\s/]+", value):
         raise ValueError(f"{value!r} is not a URL; give 'https://host/path' (or 'oci://registry/path' for OCI charts)")
@@ -178,7 +178,7 @@ DevicePath = Annotated[str, AfterValidator(_device_path)]
 Name = Annotated[str, AfterValidator(_dns_label)]
 Host = Annotated[str, AfterValidator(_host)]
 HostKey = Annotated[str, AfterValidator(_host_key)]
-Url = Annotated[str, AfterValidator(_url)]
+Url = Annotated[str, AfterValidator(url)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 LabelKey = Annotated[str, AfterValidator(_label_key)]
 LabelValue = Annotated[str, AfterValidator(_label_value)]

@@ -23,7 +23,7 @@ from pydantic_core import PydanticUndefined
 
 from components.network_fabric import MELLANOX_REPOSITORY
 from settings import NAMESPACE, SECRET_KEYS, Chart, Settings
-from settings.types import _url
+from settings.types import url
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_FILE = "docs/stack-config.schema.json"
@@ -345,7 +345,7 @@ def _pulled_directly(row: Row) -> bool:
     """An image reference or a download URL held by one key (chart repositories are listed with their chart)."""
     if row.path.startswith("charts."):
         return False
-    is_url = any(isinstance(m, AfterValidator) and m.func is _url for m in row.metadata)
+    is_url = any(isinstance(m, AfterValidator) and m.func is url for m in row.metadata)
     single = typing.get_origin(_strip(row.annotation)) not in (list, dict)
     return (is_url and single) or (isinstance(row.default, str) and bool(_IMAGE.match(row.default)))
 
