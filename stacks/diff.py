@@ -33,7 +33,7 @@ ABSENT = object()
 #   Diff: `forceNewFields := []string{".name", ".namespace"}`; DeleteBeforeReplace false).
 # - command:remote:Command: `triggers` (the pulumi_command SDK itself registers every Command with
 #   `replace_on_changes=["triggers[*]"]`, pulumi_command/remote/command.py; so it is in the plan too).
-# - random:index/randomPassword:RandomPassword and randomBytes:RandomBytes: every input
+# - random:index/randomPassword:RandomPassword, randomBytes:RandomBytes and randomId:RandomId: every input
 #   (terraform-provider-random marks each attribute RequiresReplace;
 #   pulumi_random/random_password.py: `keepers` "trigger recreation").
 # - core/v1 ConfigMap: also `.data`, `.binaryData` (forcenew.go).
@@ -49,6 +49,7 @@ REPLACE_ON: dict[str, tuple[str, ...]] = {
     "command:remote:Command": ("triggers",),
     "random:index/randomPassword:RandomPassword": ("",),
     "random:index/randomBytes:RandomBytes": ("",),
+    "random:index/randomId:RandomId": ("",),
     # components/zabbix_objects.py, the providers' own `diff`: an object is replaced only when its kind
     # changes (it is adopted by natural key otherwise); the bootstrap on any of its inputs.
     **{f"pulumi-python:dynamic/zabbix:{kind}": ("kind",) for kind in ZABBIX_KINDS},
@@ -79,6 +80,8 @@ STATEFUL_CHARTS = {
 SAFE_STEPS = {
     "-cni": "switching the CNI means rebuilding the cluster: tear it down per docs/runbook.md §8 "
     "(`pulumi state unprotect` the CNI release first), then bring it up with the new `network.cni`",
+    "-init-server": "the init server moves only to retire its machine: docs/runbook.md §3 "
+    "(`pulumi state unprotect` this record, name another Ready server in `cluster.initServer`, `pulumi up`)",
 }
 DEFAULT_SAFE_STEP = "`pulumi state unprotect URN` after checking docs/runbook.md for the resource, then `pulumi up`"
 

@@ -94,6 +94,18 @@ def read_config() -> dict[str, Any]:
     return raw
 
 
+def init_server_record(name: str) -> random.RandomId:
+    """`cluster.initServer` as protected state. Settings cannot see the previous value, the engine can:
+    a change replaces this record, which Pulumi refuses at preview ("marked for protection"), and so
+    does the offline diff. docs/runbook.md section 3 moves the init server on purpose."""
+    return random.RandomId(
+        "cluster-init-server",
+        byte_length=4,
+        keepers={"initServer": name},
+        opts=pulumi.ResourceOptions(protect=True),
+    )
+
+
 def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
     """Create every component from validated settings; return the stack outputs."""
     hosts = host_accesses(settings, secrets.ssh_private_key)
@@ -101,6 +113,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
     if token is None:
         # Generated once and kept (secret) in the stack state; set ml-platform:rke2Token to bring your own.
         token = random.RandomPassword("rke2-token", length=48, special=False).result
+    init_server_record(settings.cluster.init_server)
 
     cluster = ClusterBootstrap(
         "cluster",

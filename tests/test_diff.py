@@ -96,6 +96,18 @@ def test_cni_switch_is_refused_naming_the_protected_release(prod_base, tmp_path)
     assert proc.stdout.splitlines()[2].startswith("ERRORS")
 
 
+def test_moving_the_init_server_is_refused_until_its_record_is_unprotected(prod_base, tmp_path):
+    record = next(r for r in prod_base["resources"] if r["name"] == "cluster-init-server")
+    assert record["options"]["protect"] and record["inputs"]["keepers"] == {"initServer": "cpu-01"}
+    head = changed(lambda raw: raw["cluster"].update({"initServer": "cpu-02"}))
+    proc = planner_diff(tmp_path, prod_base, head)
+    assert proc.returncode == REFUSED, proc.stderr
+    errors = section(proc.stdout, "ERRORS")
+    assert errors[0] == f'  error: unable to replace resource "{record["urn"]}"'
+    assert errors[2].startswith("  cluster-init-server (changes inputs.keepers")
+    assert "docs/runbook.md §3" in errors[2] and "pulumi state unprotect" in errors[2]
+
+
 def test_removing_an_agent_marks_its_drain_and_uninstall_destructive(prod_base):
     head = changed(lambda raw: raw["nodes"].pop(node_index(raw, "cpu-20")))
     result = diff.compare(prod_base, head)
