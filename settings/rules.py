@@ -521,11 +521,6 @@ def settings_warnings(s: Settings) -> list[str]:
             if not osd.wipe and is_kernel_name(osd.device):
                 warnings.append(kernel_name_warning(f"nodes[{i}].osdDevices[{j}].device", osd.device))
     warnings.extend(_version_warnings(s))
-    if s.storage_hosts and not s.storage.ceph.deployed:
-        warnings.append(
-            "storage.ceph.deployed: false while nodes list osdDevices; once tier 2 is up, set it true so that "
-            "settings refuse an edit that would remove every storage host"
-        )
     return warnings
 
 
