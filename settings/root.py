@@ -23,7 +23,8 @@ from settings.gpu import GpuSettings
 from settings.monitoring import MonitoringSettings
 from settings.network import NetworkSettings
 from settings.nodes import NasSettings, NodeSettings
-from settings.rules import cross_field_problems
+from settings.partial import path_text, set_aside
+from settings.rules import cross_field_problems, waiting_rules
 from settings.scheduling import SchedulingSettings
 from settings.storage import StorageSettings
 from settings.types import Model
@@ -106,25 +107,32 @@ class Settings(Model):
 def load(raw: dict[str, Any]) -> Settings:
     """Validate the raw config (area key -> parsed YAML value) and return the settings.
 
-    Raises SettingsError with every problem found, sorted by path, each list item named: unknown keys
-    (which are then set aside, so they do not hide the rest), the shape and types of every key, and,
-    when those are right, the rules that relate several fields.
+    Raises SettingsError with every problem found, sorted by path, each list item named: unknown keys,
+    the shape and types of every key, and the rules that relate several fields, run on what validated
+    (settings.partial: a rule that needs an item or area that failed waits, and a note says so).
     """
     problems = [_unknown_area(key) for key in raw if key not in Settings.model_fields and _alias_field(key) is None]
     known = {k: v for k, v in raw.items() if k not in SECRET_KEYS and _alias_field(k) is not None}
     errors = _errors(known)
     problems += [_describe(err) for err in errors]
-    unknown = [tuple(err["loc"]) for err in errors if err["type"] == "extra_forbidden"]
-    last = []
-    if len(unknown) < len(errors):
-        last = ["(the rules that relate several fields run once the problems above are fixed)"]
+    notes = []
+    if errors:
+        partial = set_aside(Settings, known, errors)
+        problems += map(partial.renumber, cross_field_problems(partial.settings, partial.missing, partial.incomplete))
+        notes = _waiting_note(waiting_rules(partial.missing, partial.incomplete))
     else:
-        settings = Settings.model_validate(_without(known, unknown), by_alias=True)
+        settings = Settings.model_validate(known, by_alias=True)
         problems += cross_field_problems(settings)
     if problems:
         problems.sort(key=_path_key)
-        raise SettingsError(problems, [_name_items(p, raw) for p in problems] + last)
+        raise SettingsError(problems, [_name_items(p, raw) for p in problems] + notes)
     return settings
+
+
+def _waiting_note(waiting: list[str]) -> list[str]:
+    if not waiting:
+        return []
+    return [f"(checked once the problems above are fixed, as they need what those problems name: {'; '.join(waiting)})"]
 
 
 def _errors(known: dict[str, Any]) -> list[dict]:
@@ -133,20 +141,6 @@ def _errors(known: dict[str, Any]) -> list[dict]:
     except ValidationError as exc:
         return list(exc.errors())
     return []
-
-
-def _without(value: Any, locs: list[tuple]) -> Any:
-    """`value` (the raw config) with the keys at `locs` removed (a copy; the raw config is left alone)."""
-    if isinstance(value, dict):
-        drop = {loc[0] for loc in locs if len(loc) == 1}
-        return {
-            k: _without(v, [loc[1:] for loc in locs if len(loc) > 1 and loc[0] == k])
-            for k, v in value.items()
-            if k not in drop
-        }
-    if isinstance(value, list):
-        return [_without(v, [loc[1:] for loc in locs if len(loc) > 1 and loc[0] == i]) for i, v in enumerate(value)]
-    return value
 
 
 _ITEM = re.compile(r"^(nodes|nas\.hosts)\[(\d+)\]")
@@ -190,19 +184,12 @@ def _suggest(key: str, valid: list[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def _path(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 def _describe(err: dict) -> str:
     loc = tuple(err["loc"])
     kind = err["type"]
     if kind == "extra_forbidden" and loc[-1] in SECRET_LOOKALIKES:
         return (
-            f"{_path(loc)}: a secret must not be plain config (it would sit unencrypted in Pulumi.<stack>.yaml "
+            f"{path_text(loc)}: a secret must not be plain config (it would sit unencrypted in Pulumi.<stack>.yaml "
             f"and the state); remove it and set {SECRET_LOOKALIKES[loc[-1]]} with "
             f"`pulumi config set --secret {NAMESPACE}:<key>` (value on stdin)"
         )
@@ -211,16 +198,30 @@ def _describe(err: dict) -> str:
         valid = sorted(_aliases(model)) if model else []
         hint = _suggest(str(loc[-1]), valid)
         listing = f"; valid keys here: {', '.join(valid)}" if valid else ""
-        return f"{_path(loc)}: unknown key{hint}{listing}"
+        return f"{path_text(loc)}: unknown key{hint}{listing}"
     if kind == "missing":
-        return f"{_path(loc)}: required; add it"
+        return f"{path_text(loc)}: required; add it"
     if kind == "literal_error":
-        return f"{_path(loc)}: {err['input']!r} is not allowed; use {err['ctx']['expected']}"
+        return f"{path_text(loc)}: {err['input']!r} is not allowed; use {err['ctx']['expected']}"
     if kind == "value_error":
-        return f"{_path(loc)}: {err['ctx']['error']}"
-    if kind.endswith("_type") or kind in ("model_type", "model_attributes_type"):
-        return f"{_path(loc)}: {err['msg'].lower()}, got {type(err['input']).__name__} {err['input']!r}"
-    return f"{_path(loc)}: {err['msg']}"
+        return f"{path_text(loc)}: {err['ctx']['error']}"
+    if kind.endswith("_type"):
+        fix = _TYPE_FIX.get(kind, "")
+        return f"{path_text(loc)}: {err['msg'].lower()}, got {type(err['input']).__name__} {err['input']!r}{fix}"
+    return f"{path_text(loc)}: {err['msg']}"
+
+
+# How to write each type in YAML (values are checked strictly: "22" is no port, 7 no version).
+_TYPE_FIX = {
+    "bool_type": "; write true or false, without quotes",
+    "int_type": "; write a whole number, without quotes",
+    "float_type": "; write a number, without quotes",
+    "string_type": "; put it in quotes",
+    "list_type": "; write a YAML list, one '- item' per line",
+    "dict_type": "; write a mapping, one 'key: value' per line",
+    "model_type": "; write a mapping, one 'key: value' per line",
+    "model_attributes_type": "; write a mapping, one 'key: value' per line",
+}
 
 
 def _model_at(loc: tuple) -> Optional[type[BaseModel]]:

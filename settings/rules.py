@@ -5,6 +5,8 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections import Counter
+from collections.abc import Callable, Set
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from settings.erasure import ErasureLayout, default_parity, default_set_size, host_range, set_size_problem
@@ -16,11 +18,42 @@ if TYPE_CHECKING:
     from settings.root import Settings
 
 
-def cross_field_problems(s: Settings) -> list[str]:
-    """Rules that relate several fields. Each problem names its path and the fix."""
-    problems: list[str] = []
-    add = problems.append
+@dataclass(frozen=True)
+class Rule:
+    """A group of rules. `reads`: the top-level areas it looks at; `whole`: those whose lists it counts or
+    compares as a whole (a count, a sum, "none has...", "which one is..."); `checks`: what it checks,
+    said when it waits because an item or area it needs failed validation (settings.partial)."""
 
+    check: Callable[[Settings, Callable[[str], None]], None]
+    checks: str
+    reads: frozenset[str]
+    whole: frozenset[str] = frozenset()
+
+
+EVERY_AREA = frozenset({"*"})
+
+
+def cross_field_problems(s: Settings, missing: Set[str] = frozenset(), incomplete: Set[str] = frozenset()) -> list[str]:
+    """Every rule that can judge `s`. `missing`: areas that failed validation; `incomplete`: areas with list
+    items that failed (settings.partial). Each problem names its path and the fix."""
+    problems: list[str] = []
+    for rule in RULES:
+        if not waits(rule, missing, incomplete):
+            rule.check(s, problems.append)
+    return problems
+
+
+def waiting_rules(missing: Set[str], incomplete: Set[str]) -> list[str]:
+    """What the rules that wait for `missing` and `incomplete` areas would have checked."""
+    return [rule.checks for rule in RULES if waits(rule, missing, incomplete)]
+
+
+def waits(rule: Rule, missing: Set[str], incomplete: Set[str]) -> bool:
+    reads_missing = rule.reads & missing or (rule.reads == EVERY_AREA and missing)
+    return bool(reads_missing or rule.whole & incomplete)
+
+
+def _unique_problems(s: Settings, add) -> None:
     names = Counter(n.name for n in s.nodes) + Counter(h.name for h in s.nas.hosts)
     addresses = Counter(n.address for n in s.nodes) + Counter(h.address for h in s.nas.hosts)
     for i, node in enumerate(s.nodes):
@@ -34,41 +67,28 @@ def cross_field_problems(s: Settings) -> list[str]:
         if addresses[host.address] > 1:
             add(f"nas.hosts[{i}].address: {host.address!r} is used by more than one host; addresses must be unique")
 
-    _control_plane_problems(s, add)
-    _upgrade_problems(s, add)
-    _rename_problems(s, add)
-    _node_hardware_problems(s, add)
-    _network_problems(s, add)
-    _storage_problems(s, add)
-    _minio_problems(s, add)
-    _version_problems(s, add)
-    _scheduling_problems(s, add)
-    _monitoring_problems(s, add)
 
-    if not s.ssh.allow_unpinned_host_keys:
-        for i, node in enumerate(s.nodes):
-            if node.host_key is None:
-                add(
-                    f"nodes[{i}].hostKey: node {node.name!r} has no pinned host key; add the host's "
-                    "'ssh-ed25519 AAAA...' key (ssh-keyscan -t ed25519 <address>), or set "
-                    "ssh.allowUnpinnedHostKeys: true to accept any key (unsafe outside a lab)"
-                )
-        for i, host in enumerate(s.nas.hosts):
-            if host.host_key is None:
-                add(
-                    f"nas.hosts[{i}].hostKey: NAS host {host.name!r} has no pinned host key; add it, or set "
-                    "ssh.allowUnpinnedHostKeys: true"
-                )
-        if s.ssh.bastion is not None and s.ssh.bastion.host_key is None:
+def _host_key_problems(s: Settings, add) -> None:
+    if s.ssh.allow_unpinned_host_keys:
+        return
+    for i, node in enumerate(s.nodes):
+        if node.host_key is None:
             add(
-                "ssh.bastion.hostKey: the bastion has no pinned host key; add it, "
-                "or set ssh.allowUnpinnedHostKeys: true"
+                f"nodes[{i}].hostKey: node {node.name!r} has no pinned host key; add the host's "
+                "'ssh-ed25519 AAAA...' key (ssh-keyscan -t ed25519 <address>), or set "
+                "ssh.allowUnpinnedHostKeys: true to accept any key (unsafe outside a lab)"
             )
+    for i, host in enumerate(s.nas.hosts):
+        if host.host_key is None:
+            add(
+                f"nas.hosts[{i}].hostKey: NAS host {host.name!r} has no pinned host key; add it, or set "
+                "ssh.allowUnpinnedHostKeys: true"
+            )
+    if s.ssh.bastion is not None and s.ssh.bastion.host_key is None:
+        add("ssh.bastion.hostKey: the bastion has no pinned host key; add it, or set ssh.allowUnpinnedHostKeys: true")
 
-    return problems
 
-
-def _control_plane_problems(s: Settings, add) -> None:
+def _server_count_problems(s: Settings, add) -> None:
     servers = s.servers
     if len(servers) not in (1, 3, 5):
         add(
@@ -76,14 +96,17 @@ def _control_plane_problems(s: Settings, add) -> None:
             "etcd needs an odd number: set controlPlane: true on exactly 1, 3 or 5 CPU nodes "
             "(removing a server must leave an odd number)"
         )
-    for i, node in enumerate(s.nodes):
-        if node.control_plane and node.role != "cpu":
-            add(f"nodes[{i}].controlPlane: {node.name!r} is a GPU node; control-plane servers must be CPU nodes")
     if s.cluster.init_server not in {n.name for n in servers}:
         add(
             f"cluster.initServer: {s.cluster.init_server!r} is not a control-plane node; name one of "
             f"{', '.join(n.name for n in servers) or '(none)'}"
         )
+
+
+def _control_plane_problems(s: Settings, add) -> None:
+    for i, node in enumerate(s.nodes):
+        if node.control_plane and node.role != "cpu":
+            add(f"nodes[{i}].controlPlane: {node.name!r} is a GPU node; control-plane servers must be CPU nodes")
     if s.cluster.virtual_ip is not None:
         if not looks_like_ipv4(s.cluster.api_endpoint):
             add(
@@ -207,7 +230,25 @@ def _network_problems(s: Settings, add) -> None:
                 f"network.{field}: {net} contains node {inside[0].name!r}'s address {inside[0].address} "
                 f"({len(inside)} node(s) in all); choose a range the hosts do not use"
             )
+    ib = s.network.infiniband
+    if ib.mode == "datagram" and ib.mtu > 4092:
+        add(
+            f"network.infiniband.mtu: {ib.mtu} is above 4092, the largest IPoIB MTU in datagram mode; "
+            "lower it (2044 for a 2K IB MTU, 4092 for 4K) or set network.infiniband.mode: connected"
+        )
+    if ib.ipoib_network.enabled:
+        net = ipaddress.IPv4Network(ib.ipoib_network.range)
+        for node in s.nodes:
+            if node.infiniband and ipaddress.IPv4Address(node.infiniband.address) in net:
+                add(
+                    f"network.infiniband.ipoibNetwork.range: {net} contains the host IB address of {node.name!r} "
+                    f"({node.infiniband.address}); pods would get addresses the hosts use"
+                )
+
+
+def _network_capacity_problems(s: Settings, add) -> None:
     # RKE2 (kube-controller-manager) and Cilium's cluster-pool IPAM give every node a /24 of clusterCidr.
+    cluster = ipaddress.IPv4Network(s.network.cluster_cidr)
     if cluster.prefixlen > 24:
         add(f"network.clusterCidr: {cluster} is smaller than one node's /24 pod range; use e.g. a /16")
     elif len(s.nodes) > 2 ** (24 - cluster.prefixlen):
@@ -215,44 +256,33 @@ def _network_problems(s: Settings, add) -> None:
             f"network.clusterCidr: {cluster} holds {2 ** (24 - cluster.prefixlen)} per-node /24 pod ranges but "
             f"there are {len(s.nodes)} nodes; choose a larger range (e.g. a /{24 - (len(s.nodes) - 1).bit_length()})"
         )
-    ib = s.network.infiniband
-    if ib.mode == "datagram" and ib.mtu > 4092:
+    ipoib = s.network.infiniband.ipoib_network
+    if not ipoib.enabled:
+        return
+    net = ipaddress.IPv4Network(ipoib.range)
+    gpu_nodes = s.gpu_nodes
+    if len(gpu_nodes) * ipoib.per_node_block_size > net.num_addresses - 2:
         add(
-            f"network.infiniband.mtu: {ib.mtu} is above 4092, the largest IPoIB MTU in datagram mode; "
-            "lower it (2044 for a 2K IB MTU, 4092 for 4K) or set network.infiniband.mode: connected"
+            f"network.infiniband.ipoibNetwork.perNodeBlockSize: {len(gpu_nodes)} GPU nodes x "
+            f"{ipoib.per_node_block_size} addresses do not fit in {net} ({net.num_addresses - 2} usable); "
+            "lower the block size or widen the range"
         )
-    ipoib = ib.ipoib_network
-    if ipoib.enabled:
-        net = ipaddress.IPv4Network(ipoib.range)
-        for node in s.nodes:
-            if node.infiniband and ipaddress.IPv4Address(node.infiniband.address) in net:
+    interfaces = Counter(n.infiniband.interface for n in gpu_nodes if n.infiniband)
+    if len(interfaces) > 1:
+        common = interfaces.most_common(1)[0][0]
+        for i, node in enumerate(s.nodes):
+            if node.infiniband and node.role == "gpu" and node.infiniband.interface != common:
                 add(
-                    f"network.infiniband.ipoibNetwork.range: {net} contains the host IB address of {node.name!r} "
-                    f"({node.infiniband.address}); pods would get addresses the hosts use"
+                    f"nodes[{i}].infiniband.interface: {node.infiniband.interface!r} differs from {common!r} "
+                    "on the other GPU nodes; the IPoIB network (network.infiniband.ipoibNetwork) attaches "
+                    "pods through one interface name on every GPU node: rename it (udev) or disable the network"
                 )
-        gpu_nodes = s.gpu_nodes
-        if len(gpu_nodes) * ipoib.per_node_block_size > net.num_addresses - 2:
-            add(
-                f"network.infiniband.ipoibNetwork.perNodeBlockSize: {len(gpu_nodes)} GPU nodes x "
-                f"{ipoib.per_node_block_size} addresses do not fit in {net} ({net.num_addresses - 2} usable); "
-                "lower the block size or widen the range"
-            )
-        interfaces = Counter(n.infiniband.interface for n in gpu_nodes if n.infiniband)
-        if len(interfaces) > 1:
-            common = interfaces.most_common(1)[0][0]
-            for i, node in enumerate(s.nodes):
-                if node.infiniband and node.role == "gpu" and node.infiniband.interface != common:
-                    add(
-                        f"nodes[{i}].infiniband.interface: {node.infiniband.interface!r} differs from {common!r} "
-                        "on the other GPU nodes; the IPoIB network (network.infiniband.ipoibNetwork) attaches "
-                        "pods through one interface name on every GPU node: rename it (udev) or disable the network"
-                    )
 
 
 RETIRE_TIER2 = "docs/runbook.md, 'Retire tier 2'"
 
 
-def _storage_problems(s: Settings, add) -> None:
+def _storage_host_problems(s: Settings, add) -> None:
     if not s.storage_hosts:
         # Settings cannot see the stack state, so `storage.ceph.deployed` says that tier 2 exists. Without
         # it, emptying every osdDevices list (or losing them in an inventory edit) would uninstall the
@@ -273,10 +303,16 @@ def _storage_problems(s: Settings, add) -> None:
             f"nodes: {hosts} Ceph storage host(s); replicated pools of size 3 with failure domain 'host' need at "
             "least 3 CPU nodes with osdDevices"
         )
-    if mons % 2 == 0 or mons < 3:
-        add(f"storage.ceph.monCount: {mons}; MON quorum needs an odd count of at least 3 (3 or 5)")
     if mons > hosts:
         add(f"storage.ceph.monCount: {mons} MONs but only {hosts} storage hosts; MONs need distinct hosts, lower it")
+
+
+def _storage_problems(s: Settings, add) -> None:
+    if not s.storage_hosts:
+        return  # no Ceph tier in this environment (or its hosts' entries were set aside)
+    mons = s.storage.ceph.mon_count
+    if mons % 2 == 0 or mons < 3:
+        add(f"storage.ceph.monCount: {mons}; MON quorum needs an odd count of at least 3 (3 or 5)")
     ceph = s.storage.ceph
     if ceph.block_storage_class == ceph.shared_storage_class:
         add(
@@ -308,30 +344,52 @@ NO_COMMUNITY_BINARIES = (
 
 
 def minio_layout(s: Settings) -> ErasureLayout:
-    """The erasure layout the settings ask for (valid only when `_minio_problems` found nothing)."""
+    """The erasure layout the settings ask for (valid only when `_erasure_problems` found nothing)."""
     hosts, drives = len(s.nas.hosts), len(s.nas.hosts[0].drives)
     size = s.storage.minio.erasure_set_drives or default_set_size(hosts, drives)
     return ErasureLayout(hosts, drives, size, s.storage.minio.parity or default_parity(size))
 
 
-def _minio_problems(s: Settings, add) -> None:
-    minio = s.storage.minio
-    _backup_source_problems(s, add)
-    if not s.nas.hosts:
-        return
-    if minio.artifact is None:
+def _nas_problems(s: Settings, add) -> None:
+    if s.nas.hosts and s.storage.minio.artifact is None:
         add(
             f"storage.minio.artifact: required with nas.hosts. {NO_COMMUNITY_BINARIES}. Mirror a pinned build on "
             "an internal server (the last official minio RELEASE.2025-09-07T16-13-09Z, a binary built from the "
             "final tag, or a maintained fork such as Silo with storage.minio.binary: silo and service: silo) and "
             "set storage.minio.artifact.url and storage.minio.artifact.sha256 (the file's `sha256sum`)"
         )
-    _nas_drive_problems(s, add)
+    for i, host in enumerate(s.nas.hosts):
+        seen = Counter(d.device for d in host.drives)
+        for j, drive in enumerate(host.drives):
+            path = f"nas.hosts[{i}].drives[{j}]"
+            if seen[drive.device] > 1:
+                add(f"{path}.device: {drive.device!r} is listed twice on {host.name!r}; list it once")
+            if drive.force and not drive.format:
+                add(f"{path}.force: force only applies with format: true; set format: true or drop force")
+            if drive.format and is_kernel_name(drive.device):
+                add(
+                    f"{path}.device: {drive.device!r} is a kernel name, which can point at another disk after a "
+                    "reboot; a drive marked format: true must be named stably: use its /dev/disk/by-id/... path"
+                )
+
+
+def _erasure_problems(s: Settings, add) -> None:
+    minio = s.storage.minio
+    if not s.nas.hosts:
+        return
     if not host_range([h.address for h in s.nas.hosts]):
         add(
             f"nas.hosts: MINIO_VOLUMES names the hosts with one {{a...b}} range, so their addresses must be "
             f"consecutive in list order within one /24; got {', '.join(h.address for h in s.nas.hosts)}"
         )
+    first = s.nas.hosts[0]
+    for i, host in enumerate(s.nas.hosts):
+        if len(host.drives) != len(first.drives):
+            add(
+                f"nas.hosts[{i}].drives: {host.name!r} lists {len(host.drives)} drives, {first.name!r} "
+                f"{len(first.drives)}; MinIO needs the same drive set on every host (same count, drive i at the "
+                "same mount point everywhere)"
+            )
     counts = {len(h.drives) for h in s.nas.hosts}
     if len(counts) > 1:
         return  # reported per host above; no layout to compute
@@ -358,42 +416,23 @@ def _minio_problems(s: Settings, add) -> None:
         )
 
 
-def _nas_drive_problems(s: Settings, add) -> None:
-    first = s.nas.hosts[0]
-    for i, host in enumerate(s.nas.hosts):
-        if len(host.drives) != len(first.drives):
-            add(
-                f"nas.hosts[{i}].drives: {host.name!r} lists {len(host.drives)} drives, {first.name!r} "
-                f"{len(first.drives)}; MinIO needs the same drive set on every host (same count, drive i at the "
-                "same mount point everywhere)"
-            )
-        seen = Counter(d.device for d in host.drives)
-        for j, drive in enumerate(host.drives):
-            path = f"nas.hosts[{i}].drives[{j}]"
-            if seen[drive.device] > 1:
-                add(f"{path}.device: {drive.device!r} is listed twice on {host.name!r}; list it once")
-            if drive.force and not drive.format:
-                add(f"{path}.force: force only applies with format: true; set format: true or drop force")
-            if drive.format and is_kernel_name(drive.device):
-                add(
-                    f"{path}.device: {drive.device!r} is a kernel name, which can point at another disk after a "
-                    "reboot; a drive marked format: true must be named stably: use its /dev/disk/by-id/... path"
-                )
-
-
-def _backup_source_problems(s: Settings, add) -> None:
-    shared = s.storage.ceph.shared_storage_class
-    for i, source in enumerate(s.storage.minio.backup.sources):
+def _backup_tier_problems(s: Settings, add) -> None:
+    for i, _source in enumerate(s.storage.minio.backup.sources):
         path = f"storage.minio.backup.sources[{i}]"
         if not s.nas.hosts:
             add(f"{path}: backups go to the MinIO tier, and nas.hosts is empty; add NAS hosts or remove the source")
         if not s.storage_hosts:
             add(f"{path}: there is no tier 2 (no node has osdDevices), so no tier-2 shared volume to back up")
-        elif source.storage_class != shared:
+
+
+def _backup_source_problems(s: Settings, add) -> None:
+    shared = s.storage.ceph.shared_storage_class
+    for i, source in enumerate(s.storage.minio.backup.sources):
+        if s.storage_hosts and source.storage_class != shared:
             add(
-                f"{path}.storageClass: {source.storage_class!r} is not the tier-2 shared class {shared!r}; only "
-                "tier-2 shared (CephFS, ReadWriteMany) volumes can be mounted read-only by the backup job while "
-                "in use (tier-1 local volumes and RBD block volumes cannot)"
+                f"storage.minio.backup.sources[{i}].storageClass: {source.storage_class!r} is not the tier-2 "
+                f"shared class {shared!r}; only tier-2 shared (CephFS, ReadWriteMany) volumes can be mounted "
+                "read-only by the backup job while in use (tier-1 local volumes and RBD block volumes cannot)"
             )
     names = Counter(src.name for src in s.storage.minio.backup.sources)
     for i, source in enumerate(s.storage.minio.backup.sources):
@@ -565,10 +604,8 @@ def flavor_capacity(s: Settings) -> dict[str, int]:
     return dict(capacity)
 
 
-def _scheduling_problems(s: Settings, add) -> None:
-    _topology_problems(s, add)
+def _team_problems(s: Settings, add) -> None:
     sched = s.scheduling
-    capacity = flavor_capacity(s)
     classes = Counter(c.name for c in sched.priority_classes)
     for i, pc in enumerate(sched.priority_classes):
         if classes[pc.name] > 1:
@@ -576,7 +613,6 @@ def _scheduling_problems(s: Settings, add) -> None:
     team_names = Counter(t.name for t in sched.teams)
     namespaces = Counter(ns for t in sched.teams for ns in t.namespace_names)
     reserved = platform_namespaces(s)
-    requested: Counter[str] = Counter()
     for i, team in enumerate(sched.teams):
         at = f"scheduling.teams[{i}]"
         if team_names[team.name] > 1:
@@ -587,12 +623,6 @@ def _scheduling_problems(s: Settings, add) -> None:
                 add(f"{field}: namespace {ns!r} belongs to more than one team; give each team its own namespaces")
             if ns in reserved:
                 add(f"{field}: namespace {ns!r} is a platform namespace; give the team another namespace")
-        for name in team.priority_classes:
-            if name not in classes:
-                add(
-                    f"{at}.priorityClasses: {name!r} is not defined; add it to scheduling.priorityClasses "
-                    f"(defined: {', '.join(sorted(classes)) or 'none'})"
-                )
         if team.rdma and team.pod_security != "privileged":
             add(
                 f"{at}.podSecurity: team {team.name!r} runs RDMA pods, which need the IPC_LOCK capability (pinned "
@@ -600,32 +630,51 @@ def _scheduling_problems(s: Settings, add) -> None:
                 "podSecurity: privileged, or rdma: false"
             )
         for flavor, quota in team.quotas.items():
-            fat = f"{at}.quotas.{flavor}"
-            if flavor not in capacity:
-                add(
-                    f"{fat}: no node provides flavor {flavor!r}; use one of {', '.join(sorted(capacity))} "
-                    "(GPU flavors are named after nodes[].gpu.model)"
-                )
-                continue
-            if flavor == CPU_FLAVOR and quota.gpus:
-                add(f"{fat}.gpus: the cpu flavor has no GPUs; set 0 and give GPU quota on a GPU flavor")
-            requested[flavor] += quota.gpus
             for limit in ("borrowing_limit", "lending_limit"):
                 if getattr(quota, limit) is not None and sched.cohort is None:
                     camel = "borrowingLimit" if limit == "borrowing_limit" else "lendingLimit"
                     add(
-                        f"{fat}.{camel}: only applies inside a cohort and scheduling.cohort is null; "
+                        f"{at}.quotas.{flavor}.{camel}: only applies inside a cohort and scheduling.cohort is null; "
                         f"set scheduling.cohort or remove {camel}"
                     )
-    if not sched.allow_overcommit:
-        for flavor, total in sorted(requested.items()):
-            if total > capacity[flavor]:
-                teams = ", ".join(f"{t.name} {t.quotas[flavor].gpus}" for t in sched.teams if flavor in t.quotas)
+
+
+def _priority_class_problems(s: Settings, add) -> None:
+    classes = {c.name for c in s.scheduling.priority_classes}
+    for i, team in enumerate(s.scheduling.teams):
+        for name in team.priority_classes:
+            if name not in classes:
                 add(
-                    f"scheduling.teams: nominal GPU quotas on flavor {flavor!r} add up to {total} ({teams}) but "
-                    f"its nodes offer {capacity[flavor]} schedulable GPUs (time-slicing counted); lower the "
-                    "quotas or set scheduling.allowOvercommit: true"
+                    f"scheduling.teams[{i}].priorityClasses: {name!r} is not defined; add it to "
+                    f"scheduling.priorityClasses (defined: {', '.join(sorted(classes)) or 'none'})"
                 )
+
+
+def _quota_problems(s: Settings, add) -> None:
+    sched = s.scheduling
+    capacity = flavor_capacity(s)
+    requested: Counter[str] = Counter()
+    for i, team in enumerate(sched.teams):
+        for flavor, quota in team.quotas.items():
+            at = f"scheduling.teams[{i}].quotas.{flavor}"
+            if flavor not in capacity:
+                add(
+                    f"{at}: no node provides flavor {flavor!r}; use one of {', '.join(sorted(capacity))} "
+                    "(GPU flavors are named after nodes[].gpu.model)"
+                )
+            elif flavor == CPU_FLAVOR and quota.gpus:
+                add(f"{at}.gpus: the cpu flavor has no GPUs; set 0 and give GPU quota on a GPU flavor")
+            requested[flavor] += quota.gpus
+    if sched.allow_overcommit:
+        return
+    for flavor, total in sorted(requested.items()):
+        if flavor in capacity and total > capacity[flavor]:
+            teams = ", ".join(f"{t.name} {t.quotas[flavor].gpus}" for t in sched.teams if flavor in t.quotas)
+            add(
+                f"scheduling.teams: nominal GPU quotas on flavor {flavor!r} add up to {total} ({teams}) but "
+                f"its nodes offer {capacity[flavor]} schedulable GPUs (time-slicing counted); lower the "
+                "quotas or set scheduling.allowOvercommit: true"
+            )
 
 
 def _topology_problems(s: Settings, add) -> None:
@@ -676,3 +725,33 @@ def _monitoring_problems(s: Settings, add) -> None:
         for j, group in enumerate(channel.host_groups):
             if group not in groups:
                 add(f"{path}.hostGroups[{j}]: {group!r} is not a monitored host group; use one of {', '.join(groups)}")
+
+
+def _rule(check, checks: str, reads: str, whole: str = "") -> Rule:
+    return Rule(check, checks, EVERY_AREA if reads == "*" else frozenset(reads.split()), frozenset(whole.split()))
+
+
+# Every rule group, with the areas it reads and those it judges as a whole (see `Rule`).
+RULES = (
+    _rule(_unique_problems, "unique names and addresses", "nodes nas"),
+    _rule(_server_count_problems, "the control-plane count and cluster.initServer", "nodes cluster", "nodes"),
+    _rule(_control_plane_problems, "control-plane roles and the virtual IP", "nodes cluster"),
+    _rule(_upgrade_problems, "the RKE2 upgrade path", "cluster"),
+    _rule(_rename_problems, "node renames", "nodes"),
+    _rule(_node_hardware_problems, "each node's hardware for its role", "nodes"),
+    _rule(_network_problems, "the pod, service and IPoIB ranges against the hosts", "network nodes"),
+    _rule(_network_capacity_problems, "the pod and IPoIB ranges against the node count", "network nodes", "nodes"),
+    _rule(_storage_host_problems, "the Ceph storage host count", "nodes storage", "nodes"),
+    _rule(_storage_problems, "the Ceph settings", "nodes storage gpu charts"),
+    _rule(_nas_problems, "the MinIO binary and each NAS drive", "nas storage"),
+    _rule(_erasure_problems, "the NAS drive sets and the MinIO erasure layout", "nas storage", "nas"),
+    _rule(_backup_tier_problems, "the backup sources against tiers 2 and 3", "storage nodes nas", "nodes nas"),
+    _rule(_backup_source_problems, "each backup source", "storage nodes"),
+    _rule(_version_problems, "the RKE2 release against the charts", "cluster charts network nodes"),
+    _rule(_topology_problems, "the GPU nodes' InfiniBand topology", "nodes"),
+    _rule(_team_problems, "each team's names, namespaces and Pod Security", "*"),
+    _rule(_priority_class_problems, "the teams' priority classes", "scheduling", "scheduling"),
+    _rule(_quota_problems, "the teams' GPU quotas against the GPU nodes", "scheduling nodes gpu", "nodes scheduling"),
+    _rule(_monitoring_problems, "the Zabbix web access and alert channels", "monitoring"),
+    _rule(_host_key_problems, "pinned host keys", "ssh nodes nas"),
+)
