@@ -145,6 +145,65 @@ def test_removing_a_storage_host_warns_with_its_devices(prod_base):
     )
 
 
+POOL = "https://10.20.3.{11...14}:9000/mnt/minio/drive{1...12}/data (48 drives, erasure sets of 16, EC:8)"
+POOL_IS_FIXED = (
+    "MinIO fixes the pool when it first starts (format.json on every drive) and cannot shrink or re-stripe it: it "
+    "does not start with another drive count, and minio-nas.sh refuses the change on every NAS host whose drives "
+    "hold data (the up stops at those steps). To change the layout, build a new deployment and copy the data "
+    "(docs/minio-tier.md, 'Layout and what it survives')"
+)
+
+
+def nas_drives(host: str) -> list[str]:
+    return [d["device"] for d in next(h for h in stack_doc("prod")["nas"]["hosts"] if h["name"] == host)["drives"]]
+
+
+def test_removing_nas_drives_names_them_and_what_happens_to_the_pool(prod_base, tmp_path):
+    def four_drives_fewer(raw):
+        for host in raw["nas"]["hosts"]:
+            del host["drives"][8:]
+
+    proc = planner_diff(tmp_path, prod_base, changed(four_drives_fewer))
+    assert proc.returncode == 0, proc.stderr
+    danger = section(proc.stdout, "DANGER")
+    removed = ", ".join(f"drive{slot} {device}" for slot, device in enumerate(nas_drives("nas-03")[8:], 9))
+    assert f"  ! nas-03-minio [NAS host nas-03]: drives removed from MinIO's pool: {removed}" in danger
+    assert len([line for line in danger if "drives removed from MinIO's pool" in line]) == 4
+    assert danger[-1] == (
+        f"  ! MinIO's server pool changes: {POOL} -> https://10.20.3.{{11...14}}:9000/mnt/minio/drive{{1...8}}/data "
+        f"(32 drives, sets of 16, EC:8). {POOL_IS_FIXED}"
+    )
+
+
+def test_removing_a_nas_host_names_its_drives_and_the_smaller_pool(prod_base):
+    def three_hosts(raw):
+        raw["nas"]["hosts"] = [host for host in raw["nas"]["hosts"] if host["name"] != "nas-04"]
+        raw["storage"]["minio"].update(
+            {"erasureSetDrives": 12, "parity": 6, "requireHostLoss": {"read": 1, "write": 1}}
+        )
+
+    text = diff.render_text(diff.compare(prod_base, changed(three_hosts)))
+    drives = ", ".join(f"drive{slot} {device}" for slot, device in enumerate(nas_drives("nas-04"), 1))
+    assert section(text, "DANGER") == [
+        f"  ! nas-04-minio [NAS host nas-04]: NAS host removed from MinIO's pool with all its drives: {drives} "
+        "(the step has no delete: MinIO keeps running there until stopped by hand)",
+        f"  ! MinIO's server pool changes: {POOL} -> https://10.20.3.{{11...13}}:9000/mnt/minio/drive{{1...12}}/data "
+        f"(36 drives, sets of 12, EC:6). {POOL_IS_FIXED}",
+    ]
+    assert "- delete nas-04-minio [command:remote:Command]" in text
+
+
+def test_a_replaced_nas_drive_heals_and_keeps_the_pool(prod_base):
+    old = nas_drives("nas-02")[2]
+    new = "/dev/disk/by-id/wwn-0x5000c500ffff0003"
+    head = changed(lambda raw: raw["nas"]["hosts"][1]["drives"].__setitem__(2, {"device": new, "format": True}))
+    assert diff.compare(prod_base, head).danger == [
+        f"nas-02-minio [NAS host nas-02]: drives replaced in MinIO's pool: drive3 {old} -> {new}. MinIO heals each "
+        "new drive from the other drives of its erasure set; until then that set survives one drive loss fewer: "
+        "replace no more drives of a set than its parity at once (docs/runbook.md §11)"
+    ]
+
+
 def secret_plan(key: str) -> dict:
     """The lab plan with `key` as the SSH private key (a Pulumi secret)."""
     raw = stack_doc("lab")
