@@ -631,6 +631,23 @@ def test_parity_change_of_a_deployment_with_data_is_refused(nas):
     assert nas.files() == files
 
 
+def test_a_drive_removed_from_a_deployment_with_data_is_refused(nas):
+    # MinIO cannot shrink a pool (it would not start): the step stops before touching drives or files.
+    assert nas.run(nas.params()).returncode == 0
+    (nas.root / "mnt/minio/drive1/data/.minio.sys").mkdir()
+    files, before = nas.files(), len(nas.log())
+    params = nas.params(" ".join(f"{d}=format" for d in nas.drives[:3]))
+    assert "drive{1...4}" in params["ENV_FILE"]
+    params["ENV_FILE"] = params["ENV_FILE"].replace("drive{1...4}", "drive{1...3}")
+    result = nas.run(params)
+    assert result.returncode != 0
+    assert "MINIO_VOLUMES is '\"https://10.20.3.{11...14}:9000/mnt/minio/drive{1...4}/data\"' in the running" in (
+        result.stderr
+    )
+    assert nas.files() == files
+    assert not any(line.startswith(("mkfs", "wipefs", "mount", "umount", "systemctl")) for line in nas.log()[before:])
+
+
 def test_parity_may_change_before_first_data(nas):
     assert nas.run(nas.params(parity=8)).returncode == 0
     result = nas.run(nas.params(parity=4))
