@@ -1,51 +1,29 @@
 """The Zabbix dynamic provider and the platform templates against a REAL Zabbix 7.0 API.
 
-`tests/zabbix/start-zabbix-api.sh` starts the 7.0 frontend API (PHP 8.2 + PostgreSQL 15 from Debian,
-the Zabbix 7.0 frontend and schema unpacked from Debian's packages) on loopback; the first run
-installs and caches what it needs (about 30 s to 2 min), later runs start in about a second. If a
-prerequisite is missing the tests FAIL with the script's message naming it: they never skip.
+`tests/zabbix70.py` starts the 7.0 frontend API on loopback with `tests/zabbix/start-zabbix-api.sh`;
+if a prerequisite is missing the tests FAIL with the script's message naming it: they never skip.
 6.0 would not do as a test server: it silently accepts unknown fields (see the strictness test).
+What the templates' preprocessing computes is asserted against the real 7.0 server in
+tests/test_zabbix_preprocessing.py.
 """
 
 from __future__ import annotations
-
-import os
-import socket
-import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
 from components import zabbix_objects as zbx
 from components.zabbix_monitoring import TEMPLATES, template_sources
+from tests.zabbix70 import zabbix70
 
-ROOT = Path(__file__).resolve().parent.parent
-START = ROOT / "tests" / "zabbix" / "start-zabbix-api.sh"
-SAMPLES = ROOT / "tests" / "zabbix" / "samples"
-# Outside the work tree's git view (.gitignore); the cache makes later starts fast.
-STATE = Path(os.environ.get("ZABBIX70_TEST_DIR", ROOT / ".cache" / "zabbix70"))
 ADMIN_PASSWORD, API_PASSWORD = "Adm1n-test-passphrase-77", "Api-test-passphrase-91"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def url():
     """A fresh Zabbix 7.0 API (new database each start) for this module; stopped afterwards."""
-    proc = subprocess.run([str(START), "start", str(STATE), str(_free_port())], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.fail(
-            "could not start the real Zabbix 7.0 API with tests/zabbix/start-zabbix-api.sh "
-            f"(exit {proc.returncode}):\n{proc.stderr[-3000:]}",
-            pytrace=False,
-        )
-    yield proc.stdout.strip()
-    subprocess.run([str(START), "stop", str(STATE)], capture_output=True, text=True, check=False)
+    with zabbix70("api") as instance:
+        yield instance.url
 
 
 @pytest.fixture(scope="module")
@@ -283,45 +261,3 @@ def test_7_0_rejects_a_payload_with_an_unknown_field(api):
         api.hostgroup.create(name="ml-platform/strict", bogus_field=1)
     with pytest.raises(APIRequestError, match='unexpected parameter "bogus_field"'):
         api.usermacro.createglobal(macro="{$STRICT}", value="1", bogus_field=1)
-
-
-def test_preprocessing_samples_are_tied_to_the_imported_templates(connection, api, base_objects):
-    """Why the sample values are not computed here: Zabbix runs preprocessing only in the server
-    process, and no 7.0 server runs on this machine: Debian 12 ships only 6.0, and the 7.0
-    zabbix_server in Debian 13's package needs glibc 2.38 (Debian 12 has 2.36) and libraries
-    Debian 12 lacks (libodbc2, libnetsnmp40, OpenIPMI, ...). Nor does the 7.0 JSON-RPC API offer
-    `item.test` (asserted below): the UI's "Test" button goes through the frontend's own
-    controller (popup.itemtest.send) to a running server.
-    What is checked instead: every template imported (the API validates each preprocessing step,
-    test_template_yaml_imports_with_every_item), and every expected value in
-    tests/zabbix/samples/expected.yaml names an item the imported template really has and a metric
-    its sample really contains, so the samples are ready for item.test where a 7.0 server runs."""
-    from zabbix_utils.exceptions import APIRequestError
-
-    expected = yaml.safe_load((SAMPLES / "expected.yaml").read_text())
-    for sample, case in expected.items():
-        text = (SAMPLES / sample).read_text()
-        template = api.template.get(filter={"host": case["template"]}, output=["templateid"])[0]
-        keys = {i["key_"] for i in api.item.get(templateids=[template["templateid"]], output=["key_"])}
-        prototypes = api.itemprototype.get(
-            templateids=[template["templateid"]], output=["key_"], selectPreprocessing="extend"
-        )
-        for key in case["items"]:
-            base = key.split("[", 1)[0]
-            matching = [p for p in prototypes if p["key_"].split("[", 1)[0] == base]
-            assert key in keys or matching, f"{sample}: {key} is not an item of {case['template']}"
-            steps = matching[0]["preprocessing"] if matching else []
-            for step in steps:
-                if step["type"] == "22":  # Prometheus pattern: its metric must be in the sample
-                    metric = step["params"].split("\n")[0].split("{")[0]
-                    assert f"\n{metric}{{" in text or text.startswith(f"{metric}{{"), (sample, metric)
-    with pytest.raises(APIRequestError, match='Incorrect method "item.test"'):
-        api.item.test(
-            type=18,
-            value_type=0,
-            key_="dcgm.gpu.temp[0]",
-            test_with_values=1,  # fmt: skip
-            value=(SAMPLES / "dcgm-exporter.prom").read_text(),
-            steps=[{"type": 22, "params": 'DCGM_FI_DEV_GPU_TEMP{gpu="0"}\nvalue\n', "error_handler": 0,
-                    "error_handler_params": ""}],
-        )  # fmt: skip
