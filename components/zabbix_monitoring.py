@@ -290,6 +290,10 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         return chart
 
     def _kube_token(self, name: str, args: ZabbixMonitoringArgs) -> pulumi.Output[str]:
+        """The token the controller writes into the Secret. It is there when this read runs: when
+        pulumi-kubernetes creates a `service-account-token` Secret it waits for the controller to
+        fill in its data (its Secret awaiter, up to 5 s; a slower controller fails that create, and
+        the next `up` reads the token), so the host macro is never written empty."""
         token_secret = k8s.core.v1.Secret.get(
             f"{name}-api-token-read",
             f"{args.monitoring.namespace}/{TOKEN_SECRET}",

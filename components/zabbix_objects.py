@@ -584,37 +584,48 @@ def _wait_for_api(url: str, timeout_seconds: int) -> None:
             time.sleep(5)
 
 
-def admin_session(url: str, admin_password: str) -> Any:
-    """Logs in as Admin with the declared password; on the first run, changes the chart's default
-    first (7.0 requires `current_passwd` when a user changes their own password)."""
-    try:
-        return _login(url, DEFAULT_ADMIN, admin_password)
-    except Exception:  # noqa: BLE001 (wrong password: still the default)
-        api = _login(url, DEFAULT_ADMIN, DEFAULT_PASSWORD)
-        userid = api.user.get(filter={"username": DEFAULT_ADMIN}, output=["userid"])[0]["userid"]
-        api.user.update(userid=userid, passwd=admin_password, current_passwd=DEFAULT_PASSWORD)
-        return _login(url, DEFAULT_ADMIN, admin_password)
+def admin_session(url: str, admin_password: str, previous_password: Optional[str] = None) -> Any:
+    """Logs in as Admin with the declared password. If Admin still has `previous_password` (a
+    rotation: the one in the state) or the chart's default (first run), changes it to the declared
+    one first: 7.0 requires `current_passwd` when a user changes their own password."""
+    from zabbix_utils.exceptions import APIRequestError
+
+    candidates = [p for p in (previous_password, DEFAULT_PASSWORD) if p and p != admin_password]
+    for current in [admin_password, *candidates]:
+        try:
+            api = _login(url, DEFAULT_ADMIN, current)
+        except APIRequestError:  # wrong password: try the next one
+            continue
+        if current != admin_password:
+            userid = api.user.get(filter={"username": DEFAULT_ADMIN}, output=["userid"])[0]["userid"]
+            api.user.update(userid=userid, passwd=admin_password, current_passwd=current)
+            api = _login(url, DEFAULT_ADMIN, admin_password)
+        return api
+    raise ValueError(
+        f"cannot log in to {url} as {DEFAULT_ADMIN} with the declared password, the previous one or the "
+        "chart's default; if the API user and the Admin password changed together, change one per `pulumi up`"
+    )
 
 
 class BootstrapProvider(ResourceProvider):
     """Admin password, the API user (Super admin, in Zabbix administrators) and its token. The token
     is only ever shown by `token.generate`: a refresh cannot read it back, so `read` keeps it and
-    only checks that the user still exists."""
+    only checks that the user still exists.
+
+    A new Admin or API password is an in-place update: it logs in with the Admin password in the
+    state and sets the new one. A replace could not: its `create` knows only the new password (Admin
+    still has the old one), and its `delete` of the old resource would delete the API user the new
+    one had just adopted. The token survives a password change, so the objects' connections stay
+    valid. Only a new URL (another server) or API user name replaces."""
 
     serialize_as_secret_always = False
+    _REPLACE_ON = ("url", "api_user")
+    _UPDATE_ON = ("admin_password", "api_password")
 
     def create(self, props: dict) -> CreateResult:
-        url, user = props["url"], props["api_user"]
-        _wait_for_api(url, int(props.get("wait_seconds", 900)))
-        api = admin_session(url, props["admin_password"])
-        role = _ids(api, "role", "roleid", "name", [_SUPER_ADMIN_ROLE])[0]
-        group = _ids(api, "usergroup", "usrgrpid", "name", [_ADMINISTRATORS_GROUP])[0]
-        fields = {"roleid": role, "usrgrps": [{"usrgrpid": group}], "passwd": props["api_password"]}
-        userid = _one(api.user.get(filter={"username": user}, output=["userid"]), "userid")
-        if userid is None:
-            userid = api.user.create(username=user, **fields)["userids"][0]
-        else:
-            api.user.update(userid=userid, **fields)
+        _wait_for_api(props["url"], int(props.get("wait_seconds", 900)))
+        api = admin_session(props["url"], props["admin_password"])
+        userid = self._api_user(api, props)
         old = api.token.get(filter={"name": TOKEN_NAME}, userids=[userid], output=["tokenid"])
         if old:
             api.token.delete(*[t["tokenid"] for t in old])
@@ -622,10 +633,26 @@ class BootstrapProvider(ResourceProvider):
         token = api.token.generate(tokenid)[0]["token"]
         return CreateResult(userid, {**props, "userid": userid, "token": token})
 
+    def _api_user(self, api: Any, props: dict) -> str:
+        """Creates the API user, or brings an existing one to the declared role, group and password."""
+        role = _ids(api, "role", "roleid", "name", [_SUPER_ADMIN_ROLE])[0]
+        group = _ids(api, "usergroup", "usrgrpid", "name", [_ADMINISTRATORS_GROUP])[0]
+        fields = {"roleid": role, "usrgrps": [{"usrgrpid": group}], "passwd": props["api_password"]}
+        userid = _one(api.user.get(filter={"username": props["api_user"]}, output=["userid"]), "userid")
+        if userid is None:
+            return api.user.create(username=props["api_user"], **fields)["userids"][0]
+        api.user.update(userid=userid, **fields)
+        return userid
+
     def diff(self, id_: str, olds: dict, news: dict) -> DiffResult:
-        keys = ("url", "api_user", "admin_password", "api_password")
-        changed = [k for k in keys if olds.get(k) != news.get(k)]
-        return DiffResult(changes=bool(changed), replaces=changed)
+        replaces = [k for k in self._REPLACE_ON if olds.get(k) != news.get(k)]
+        changed = replaces + [k for k in self._UPDATE_ON if olds.get(k) != news.get(k)]
+        return DiffResult(changes=bool(changed), replaces=replaces)
+
+    def update(self, id_: str, olds: dict, news: dict) -> UpdateResult:
+        api = admin_session(news["url"], news["admin_password"], olds.get("admin_password"))
+        userid = self._api_user(api, news)
+        return UpdateResult({**news, "userid": userid, "token": olds["token"]})
 
     def read(self, id_: str, props: dict) -> ReadResult:
         api = connect(props["url"], props["token"])

@@ -53,9 +53,10 @@ REPLACE_ON: dict[str, tuple[str, ...]] = {
     "random:index/randomBytes:RandomBytes": ("",),
     "random:index/randomId:RandomId": ("",),
     # components/zabbix_objects.py, the providers' own `diff`: an object is replaced only when its kind
-    # changes (it is adopted by natural key otherwise); the bootstrap on any of its inputs.
+    # changes (it is adopted by natural key otherwise); the bootstrap when its server or API user
+    # changes (a new Admin or API password is an in-place update).
     **{f"pulumi-python:dynamic/zabbix:{kind}": ("kind",) for kind in ZABBIX_KINDS},
-    "pulumi-python:dynamic/zabbix:Bootstrap": ("url", "api_user", "admin_password", "api_password"),
+    "pulumi-python:dynamic/zabbix:Bootstrap": ("url", "api_user"),
 }
 
 # The program's own dynamic providers (components/minio_objects.py, their `diff`), by the input that names

@@ -95,6 +95,41 @@ def test_bootstrap_runs_again_and_adopts_the_api_user(url, bootstrap, connection
     connection["token"] = again.outs["token"]  # the old token was replaced; the other tests go on with this one
 
 
+def test_a_replace_could_not_rotate_the_admin_password(url, bootstrap):
+    """What a replace would run first: `create` with only the new password, while Admin still has the
+    old one. It fails with a clear message (and its old resource's `delete` would then have deleted
+    the API user the new one adopts): hence rotation is an update."""
+    props = {"url": url, "api_user": "ml-platform-api", "admin_password": "An0ther-passphrase-33",
+             "api_password": API_PASSWORD, "wait_seconds": 5}  # fmt: skip
+    with pytest.raises(ValueError, match="cannot log in .* as Admin with the declared password"):
+        zbx.BootstrapProvider().create(props)
+
+
+def test_rotating_the_admin_and_api_passwords_is_an_update_that_keeps_the_token(url, bootstrap, connection):
+    provider = zbx.BootstrapProvider()
+    olds = {**bootstrap.outs, "token": connection["token"]}
+    news = {**olds, "admin_password": "R0tated-root-passphrase-12", "api_password": "R0tated-api-passphrase-34"}
+    diff = provider.diff(bootstrap.id, olds, news)
+    assert diff.changes and not diff.replaces
+    assert provider.diff(bootstrap.id, olds, {**olds, "url": url + "?other"}).replaces == ["url"]
+
+    updated = provider.update(bootstrap.id, olds, news)
+    assert updated.outs["token"] == connection["token"] and updated.outs["userid"] == bootstrap.id
+    assert zbx._login(url, "Admin", "R0tated-root-passphrase-12").user.get(userids=[bootstrap.id])
+    assert zbx._login(url, "ml-platform-api", "R0tated-api-passphrase-34").user.get(userids=[bootstrap.id])
+    from zabbix_utils.exceptions import APIRequestError
+
+    for user, old in (("Admin", ADMIN_PASSWORD), ("ml-platform-api", API_PASSWORD)):
+        with pytest.raises(APIRequestError, match="Incorrect user name or password"):
+            zbx._login(url, user, old)
+    # The objects' connection (the token in their state) still works after the rotation.
+    assert zbx.connect(url, connection["token"]).user.get(userids=[bootstrap.id], output=["username"])
+    # A second `up` with the same settings: no diff; an update run again (e.g. after a failed `up`
+    # that had already changed the password) logs in with the new password and changes nothing.
+    assert not provider.diff(bootstrap.id, updated.outs, news).changes
+    assert provider.update(bootstrap.id, olds, news).outs["token"] == connection["token"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Every kind: create, read (second apply = no change), adopt, update, delete
 # ---------------------------------------------------------------------------------------------

@@ -259,6 +259,17 @@ def test_api_objects_wait_for_the_bootstrap_and_carry_a_secret_connection(prod_p
         assert "__provider" in r["inputs"]
 
 
+def test_the_diff_page_replaces_the_bootstrap_only_where_its_provider_does():
+    """stacks/diff.py flags replaces from its own table: it must match the provider's `diff`
+    (a password rotation is an update; tests/test_zabbix_api.py runs it on a real server)."""
+    from components.zabbix_objects import BootstrapProvider
+    from stacks.diff import REPLACE_ON
+
+    olds = {"url": "u", "api_user": "a", "admin_password": "p", "api_password": "q", "token": "t"}
+    replaced = [k for k in olds if BootstrapProvider().diff("1", olds, {**olds, k: "new"}).replaces]
+    assert REPLACE_ON["pulumi-python:dynamic/zabbix:Bootstrap"] == tuple(replaced) == ("url", "api_user")
+
+
 def test_outputs(prod_plan):
     assert prod_plan.outputs["zabbixApiUser"] == "ml-platform-api"
     assert prod_plan.outputs["zabbixApiToken"] == "[secret]"
