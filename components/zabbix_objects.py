@@ -10,8 +10,10 @@ Every resource has the same inputs:
   are resolved at apply time), in the shape `read` returns, so a refresh and a second `up` compare
   like with like and change nothing;
 - `secrets`: write-only values (bot tokens, PSKs, secret macro values); a Pulumi secret;
-- `connection`: `{url, token}` of the API user (a Pulumi secret). It does not take part in the diff:
-  a new token must not rewrite every object.
+- `connection`: `{url, token}` of the API user (a Pulumi secret). A new one (the bootstrap issued a
+  new token) is an update of every object: `refresh` and `delete` use the connection stored in the
+  state, so each object must store the token that works. The update re-applies the object, which
+  changes nothing in Zabbix. A password rotation keeps the token (see `BootstrapProvider`).
 
 `create` adopts an object that already exists under the same natural key (name, host name, macro)
 instead of failing, then brings it to the declared state. `read` returns a `None` id when the
@@ -485,7 +487,11 @@ class ZabbixObjectProvider(ResourceProvider):
 
     def diff(self, id_: str, olds: dict, news: dict) -> DiffResult:
         spec = normalized(news["kind"], news["spec"])
-        changed = olds.get("spec") != spec or (olds.get("secrets") or {}) != (news.get("secrets") or {})
+        changed = (
+            olds.get("spec") != spec
+            or (olds.get("secrets") or {}) != (news.get("secrets") or {})
+            or olds.get("connection") != news.get("connection")
+        )
         return DiffResult(changes=changed, replaces=["kind"] if olds.get("kind") != news["kind"] else [])
 
     def update(self, id_: str, olds: dict, news: dict) -> UpdateResult:

@@ -191,6 +191,24 @@ def test_kind_lifecycle(kind, connection, base_objects):
     assert provider.read(created.id, after.outs).id is None
 
 
+def test_a_new_token_is_an_update_that_stores_it(connection, base_objects):
+    """`refresh` and `delete` use the connection in the state: a stale token there would fail them."""
+    from zabbix_utils.exceptions import APIRequestError
+
+    provider = zbx.ZabbixObjectProvider()
+    props = _props("HostGroup", {"name": "ml-platform/token-test"}, connection)
+    created = provider.create(props)
+    stale = {**created.outs, "connection": {**connection, "token": "0" * 64}}
+    with pytest.raises(APIRequestError, match="Not authorized"):
+        provider.read(created.id, stale)
+    diff = provider.diff(created.id, stale, props)
+    assert diff.changes and not diff.replaces
+    updated = provider.update(created.id, stale, props)
+    assert updated.outs["connection"] == connection
+    assert provider.read(created.id, updated.outs).id == created.id
+    provider.delete(created.id, updated.outs)
+
+
 def test_alert_user_and_action_lifecycle(connection, base_objects):
     """User and Action need a user group and a media type; same life cycle as the other kinds."""
     provider = zbx.ZabbixObjectProvider()
