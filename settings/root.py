@@ -143,15 +143,18 @@ def _errors(known: dict[str, Any]) -> list[dict]:
     return []
 
 
-_ITEM = re.compile(r"^(nodes|nas\.hosts)\[(\d+)\]")
+_ITEM = re.compile(r"^([A-Za-z]+(?:\.[A-Za-z]+)*)\[(\d+)\]")
 
 
 def _name_items(problem: str, raw: dict[str, Any]) -> str:
-    """`nodes[49].address: ...` -> `nodes[49] (gpu-16).address: ...`: a position alone is hard to find."""
+    """`nodes[49].address: ...` -> `nodes[49] (gpu-16).address: ...`: a position alone is hard to find.
+    Any list whose items have a `name` (nodes, NAS hosts, teams, alert channels, backup sources)."""
     match = _ITEM.match(problem)
     if not match:
         return problem
-    items = raw.get("nodes") if match[1] == "nodes" else (raw.get("nas") or {}).get("hosts")
+    items: Any = raw
+    for key in match[1].split("."):
+        items = items.get(key) if isinstance(items, dict) else None
     index = int(match[2])
     item = items[index] if isinstance(items, list) and index < len(items) else None
     name = item.get("name") if isinstance(item, dict) else None

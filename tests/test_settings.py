@@ -293,6 +293,23 @@ def test_type_errors_unknown_keys_and_cross_field_rules_in_one_run():
     ]
 
 
+def test_items_of_other_lists_are_named_too():
+    def mutate(raw):
+        raw["scheduling"]["teams"][1]["rdma"] = "yes"
+        raw["nas"]["hosts"][2]["drives"][0]["format"] = "true"
+
+    lines = printed(mutate)
+    team, nas = raw_names("scheduling", "teams")[1], raw_names("nas", "hosts")[2]
+    assert [line.split(": ", 1)[0] for line in lines[:-1]] == [
+        f"nas.hosts[2] ({nas}).drives[0].format",
+        f"scheduling.teams[1] ({team}).rdma",
+    ]
+
+
+def raw_names(*keys: str) -> list[str]:
+    return [item["name"] for item in _at(stack_doc("prod"), keys)]
+
+
 def test_a_type_error_on_the_init_server_does_not_make_it_disappear():
     # cpu-01 is cluster.initServer and one of three servers: judged without its entry, the rules would
     # say "2 control-plane servers" and "cpu-01 is not a control-plane node". They wait instead.

@@ -311,7 +311,9 @@ def _channel(config: dict, index: int) -> dict:
 
 def test_bot_token_as_plain_channel_config_exits_2(tmp_path):
     proc = _run(tmp_path, lambda c: _channel(c, 0).update({"botToken": "xoxb-123"}))
-    assert "monitoring.alerting.channels[0].botToken: a secret must not be plain config" in proc.stderr
+    assert (
+        "monitoring.alerting.channels[0] (platform-oncall).botToken: a secret must not be plain config" in proc.stderr
+    )
     assert "xoxb-123" not in proc.stderr
 
 
@@ -323,7 +325,7 @@ def test_bot_token_secret_key_given_as_plain_config_exits_2(tmp_path):
 
 def test_unknown_severity_exits_2(tmp_path):
     proc = _run(tmp_path, lambda c: _channel(c, 0).update({"minSeverity": "critical"}))
-    assert "monitoring.alerting.channels[0].minSeverity: 'critical' is not allowed" in proc.stderr
+    assert "monitoring.alerting.channels[0] (platform-oncall).minSeverity: 'critical' is not allowed" in proc.stderr
 
 
 def test_threshold_out_of_range_exits_2(tmp_path):
