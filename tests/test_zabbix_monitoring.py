@@ -333,10 +333,12 @@ def test_threshold_out_of_range_exits_2(tmp_path):
     assert "monitoring.thresholds.gpuTemperatureCelsius" in proc.stderr
 
 
-@pytest.mark.parametrize(("index", "send_to"), [(0, "ml-platform-alerts"), (1, "ml#gpu-cluster")])
-def test_media_channel_not_in_the_required_form_exits_2(index, send_to, tmp_path):
-    proc = _run(tmp_path, lambda c: _channel(c, index).update({"sendTo": send_to}))
-    assert f"monitoring.alerting.channels[{index}].sendTo: {send_to!r} is not a" in proc.stderr
+@pytest.mark.parametrize(
+    ("channel", "send_to"), [("[0] (platform-oncall)", "ml-platform-alerts"), ("[1] (ml-team)", "ml#gpu-cluster")]
+)
+def test_media_channel_not_in_the_required_form_exits_2(channel, send_to, tmp_path):
+    proc = _run(tmp_path, lambda c: _channel(c, int(channel[1])).update({"sendTo": send_to}))
+    assert f"monitoring.alerting.channels{channel}.sendTo: {send_to!r} is not a" in proc.stderr
 
 
 def test_missing_bot_token_for_a_channel_exits_2():
