@@ -49,6 +49,7 @@ DURATIONS: dict[str, tuple[int, str]] = {
         "init server (~0.3 s each); the node is already registered (its RKE2 step waited for that)",
     ),
     "read-kubeconfig.sh": (10, "reads rke2.yaml and checks the API through the endpoint, which is already up"),
+    "read-ca-hash.sh": (5, "one SSH login to the init server and a sha256sum of one certificate"),
     "infiniband-host.sh": (90, "rdma-core and infiniband-diags from the mirror (30-60 s), IPoIB interface up"),
     "nvme-tier1.sh": (60, "mkfs.xfs on two NVMe devices (discard of a few TB takes seconds to tens), mounts"),
     "ceph-osd-devices.sh": (30, "blkid/wipefs checks of 4 devices; wiping only where settings say so"),

@@ -6,14 +6,21 @@ Per node, three host steps, each a separately re-runnable unit:
                          without blocking, wait (bounded, journal on failure) until the node is
                          registered, or Ready at the wanted version when it was Ready before.
                          Delete: uninstall RKE2, only from a host that still runs this node name.
+     `<name>-ca-hash`   once, on the init server after its RKE2 step: the SHA-256 of the cluster CA,
+                         which pins the CA in every other node's join token.
   3. `<node>-membership` on the init server: wait for the Node object, reconcile its labels and
                          taints (RKE2 applies them only at registration). Delete: cordon, drain
                          (honouring PodDisruptionBudgets, bounded by a timeout), delete the Node.
+Least-privilege join (RKE2 token docs, "secure" format): the servers hold the server token and an
+agent token (`agent-token-file`); agents get only `K10<CA sha256>::node:<agent token>`, joining
+servers `K10<CA sha256>::server:<server token>`; the init server keeps the bare server token (the
+first server of a cluster cannot take the secure form: its CA does not exist yet).
+
 Order: the init server starts the cluster; the other servers join (and upgrade) one after another
 (upstream warns against concurrent server joins: rancher/rke2#642, #1600); then every agent in
 parallel, so a version bump reaches every server before any agent (Kubernetes' version skew
-policy). The longest chain is prepare -> init -> each further server -> agent -> membership, which
-depends on the number of servers (1, 3 or 5), never on the number of nodes.
+policy). The longest chain is prepare -> init -> CA hash -> each further server -> agent ->
+membership, which depends on the number of servers (1, 3 or 5), never on the number of nodes.
 
 The membership's triggers depend on the RKE2 step's id, so the engine replaces the membership
 whenever the RKE2 step is replaced, and deletes it first: a replace drains and deletes the Node,
@@ -22,6 +29,7 @@ uninstalls, reinstalls and re-labels, in that order. Removing a node runs the sa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -40,6 +48,7 @@ GPU_TAINT = "nvidia.com/gpu=true:NoSchedule"
 ROLE_LABEL = "ml-platform.io/role"
 CONFIG_DIR = "/etc/rancher/rke2"
 TOKEN_FILE = f"{CONFIG_DIR}/join-token"
+AGENT_TOKEN_FILE = f"{CONFIG_DIR}/agent-token"
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,9 @@ class ClusterBootstrapArgs:
     nodes: Sequence[NodeSettings]
     hosts: Mapping[str, HostAccess]
     token: pulumi.Input[str]
+    """The server token (admin-equivalent): only servers receive it."""
+    agent_token: pulumi.Input[str]
+    """The agent token: all that agents receive (with the CA hash)."""
     # Extra keys for the servers' RKE2 config from other components (e.g. MinioTier's etcd-s3 keys).
     server_config: Mapping[str, Any] = field(default_factory=dict)
 
@@ -63,6 +75,8 @@ class ClusterBootstrap(pulumi.ComponentResource):
     ready: list[pulumi.Resource]
     """What in-cluster resources wait for: the API answers through the endpoint."""
     kubeconfig: pulumi.Output[str]
+    ca_hash: pulumi.Output[str]
+    """SHA-256 of the cluster's server CA certificate (public), read from the init server."""
     provider: k8s.Provider
     api_url: str
 
@@ -88,13 +102,23 @@ class ClusterBootstrap(pulumi.ComponentResource):
         # The init server first, then the other servers one at a time, then the agents in parallel
         # once every server runs (on a version bump: servers upgraded before any agent).
         self.joined = {}
-        previous_server: Optional[pulumi.Resource] = None
-        for node in [init] + [s for s in servers if s is not init]:
-            waits = [self.prepared[node.name]] + ([previous_server] if previous_server else [])
-            previous_server = self._rke2(node, node is init, args, waits)
+        previous_server = self._rke2(init, args, [self.prepared[init.name]], join_stdin(args, None, init))
+        # Replaced along with the init server's RKE2 step: a rebuilt single server is a new CA.
+        ca_read = host_script(
+            f"{name}-ca-hash",
+            init_host,
+            "read-ca-hash.sh",
+            replaced_with=self.joined[init.name],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.joined[init.name]]),
+        )
+        self.ca_hash = ca_read.stdout.apply(parse_ca_hash)
+        for node in [s for s in servers if s is not init]:
+            waits = [self.prepared[node.name], previous_server]
+            previous_server = self._rke2(node, args, waits, join_stdin(args, self.ca_hash, node))
         for node in args.nodes:
             if not node.control_plane:
-                self._rke2(node, False, args, [self.prepared[node.name], previous_server])
+                waits = [self.prepared[node.name], previous_server]
+                self._rke2(node, args, waits, join_stdin(args, self.ca_hash, node))
 
         read = host_script(
             f"{name}-kubeconfig",
@@ -135,15 +159,20 @@ class ClusterBootstrap(pulumi.ComponentResource):
         self.register_outputs({"apiUrl": self.api_url, "kubeconfig": self.kubeconfig})
 
     def _rke2(
-        self, node: NodeSettings, is_init: bool, args: ClusterBootstrapArgs, waits: list[pulumi.Resource]
+        self,
+        node: NodeSettings,
+        args: ClusterBootstrapArgs,
+        waits: list[pulumi.Resource],
+        stdin: pulumi.Output[str],
     ) -> pulumi.Resource:
         cluster = args.cluster
+        is_init = node.name == cluster.init_server
         step = host_script(
             f"{node.name}-rke2",
             args.hosts[node.name],
             "rke2-install.sh",
             rke2_params(node, is_init, cluster, args.network, args.server_config),
-            stdin=args.token,
+            stdin=stdin,
             delete_script="rke2-uninstall.sh",
             delete_params={"NODE_NAME": node.name},
             identity=[node.name, node.address, "server" if node.control_plane else "agent"],
@@ -151,6 +180,59 @@ class ClusterBootstrap(pulumi.ComponentResource):
         )
         self.joined[node.name] = step
         return step
+
+
+def join_stdin(
+    args: ClusterBootstrapArgs, ca_hash: Optional[pulumi.Output[str]], node: NodeSettings
+) -> pulumi.Output[str]:
+    """What a node's RKE2 step reads on stdin, built only from the secrets that node may hold: an
+    agent's input never depends on the server token."""
+    if not node.control_plane:
+        return pulumi.Output.secret(
+            pulumi.Output.all(ca_hash, args.agent_token).apply(lambda v: agent_stdin(v[0], v[1]))
+        )
+    return pulumi.Output.secret(
+        pulumi.Output.all(ca_hash, args.token, args.agent_token).apply(lambda v: server_stdin(v[0], v[1], v[2]))
+    )
+
+
+def secure_token(ca_hash: str, user: str, password: str) -> str:
+    """RKE2's secure token format, `K10<CA hash>::<user>:<password>` (`server` for servers, `node`
+    for agents): the joining node checks the CA that `/cacerts` presents against the hash before it
+    sends the password."""
+    if not re.fullmatch(r"[0-9a-f]{64}", ca_hash):
+        raise ValueError(f"not a SHA-256 of the cluster CA: {ca_hash!r}")
+    return f"K10{ca_hash}::{user}:{bare(password)}"
+
+
+def bare(password: str) -> str:
+    """A token's password part as given, checked: one line, not already in the K10 form."""
+    if not password or "::" in password or "\n" in password:
+        raise ValueError(
+            "ml-platform:rke2Token must be the bare passphrase, one line, without a K10...:: prefix "
+            "(the program adds the CA hash itself)"
+        )
+    return password
+
+
+def server_stdin(ca_hash: Optional[str], server_token: str, agent_token: str) -> str:
+    """A server's stdin: its join token, then the agent token (`agent-token-file`). The init server
+    (no CA hash yet on the first start) gets the bare server token."""
+    join = bare(server_token) if ca_hash is None else secure_token(ca_hash, "server", server_token)
+    return f"{join}\n{agent_token}\n"
+
+
+def agent_stdin(ca_hash: str, agent_token: str) -> str:
+    """An agent's stdin: only the CA-pinned agent token."""
+    return secure_token(ca_hash, "node", agent_token) + "\n"
+
+
+def parse_ca_hash(stdout: str) -> str:
+    """The hash that read-ca-hash.sh printed."""
+    value = stdout.strip()
+    if not re.fullmatch(r"[0-9a-f]{64}", value):
+        raise ValueError(f"read-ca-hash.sh printed {value[:80]!r}, not a SHA-256 hex digest")
+    return value
 
 
 def prepare_params(node: NodeSettings, cluster: ClusterSettings, network: NetworkSettings) -> dict[str, str]:
@@ -212,6 +294,9 @@ def rke2_config(
         config["node-taint"] = node_taints(node)
     if not is_init:
         config["server"] = f"https://{cluster.api_endpoint}:{SUPERVISOR_PORT}"
+    if node.control_plane:
+        # The only token agents receive: they can join, never act as a server (RKE2 token docs).
+        config["agent-token-file"] = AGENT_TOKEN_FILE
     if cluster.cis_profile:
         config["profile"] = "cis"
     if node.control_plane:

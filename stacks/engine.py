@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import pulumi
 import yaml
-from google.protobuf import json_format
+from google.protobuf import json_format, struct_pb2
 from pulumi.runtime import mocks
 from pulumi.runtime import settings as runtime_settings
 from pulumi.runtime.proto import resource_pb2
@@ -138,8 +138,11 @@ def _secret(value: Any) -> dict[str, Any]:
 
 
 class _RecordingMonitor(mocks.MockMonitor):
-    def __init__(self, stack_references: Mapping[str, StackOutputs]) -> None:
+    def __init__(
+        self, stack_references: Mapping[str, StackOutputs], computed: Optional[Mapping[str, Mapping[str, Any]]] = None
+    ) -> None:
         super().__init__(_Mocks(stack_references))
+        self.computed = computed or {}
         self.requests: list[dict[str, Any]] = []
         self.revealed: dict[str, Any] = {}
         self.options: dict[str, Any] = {}
@@ -186,7 +189,12 @@ class _RecordingMonitor(mocks.MockMonitor):
         `MockMonitor.resources` stays empty for these: the program reads no resource back by URN.
         """
         urn = self.make_urn(request.parent, request.type, request.name)
-        return resource_pb2.RegisterResourceResponse(urn=urn, id=f"{request.name}-id", object=request.object)
+        outputs = request.object
+        if request.name in self.computed:
+            outputs = struct_pb2.Struct()
+            outputs.CopyFrom(request.object)
+            outputs.update(self.computed[request.name])
+        return resource_pb2.RegisterResourceResponse(urn=urn, id=f"{request.name}-id", object=outputs)
 
 
 def _options(request) -> dict[str, Any]:
@@ -249,11 +257,14 @@ def run(
     *,
     project: str = PROJECT,
     stack_references: Optional[Mapping[str, StackOutputs]] = None,
+    computed: Optional[Mapping[str, Mapping[str, Any]]] = None,
 ) -> Plan:
     """Evaluate `program` (default: the real one, `stacks.platform.run`) for `stack` on the mock engine.
 
     `project`: the program's project (its `pulumi.Config()` namespace); `stack_references`: the
-    outputs of the stacks it reads with `pulumi.StackReference`, by fully qualified stack name."""
+    outputs of the stacks it reads with `pulumi.StackReference`, by fully qualified stack name;
+    `computed`: outputs that a real deployment computes, by resource name (tests: a generated
+    password's `result`, a step's `stdout`), known to the program instead of unknown."""
     if program is None:
         from stacks import platform
 
@@ -261,7 +272,7 @@ def run(
     runtime_settings.reset_options(project=project, stack=stack)
     runtime_settings.set_root_resource(None)  # type: ignore[arg-type]
     pulumi.runtime.set_all_config(config, secret_keys)
-    monitor = _RecordingMonitor(stack_references or {})
+    monitor = _RecordingMonitor(stack_references or {}, computed)
     pulumi.runtime.set_mocks(monitor.mocks, project=project, stack=stack, preview=True, monitor=monitor)
 
     outputs: dict[str, Any] = {}

@@ -114,6 +114,8 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
         # Generated once and kept (secret) in the stack state; set ml-platform:rke2Token to bring your own.
         token = random.RandomPassword("rke2-token", length=48, special=False).result
     init_server_record(settings.cluster.init_server)
+    # What agents join with instead of the (admin-equivalent) server token; kept (secret) in the state.
+    agent_token = random.RandomPassword("rke2-agent-token", length=48, special=False).result
 
     cluster = ClusterBootstrap(
         "cluster",
@@ -123,6 +125,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             nodes=settings.nodes,
             hosts={n.name: hosts[n.name] for n in settings.nodes},
             token=token,
+            agent_token=agent_token,
             server_config=etcd_s3_server_config(settings.cluster.etcd_snapshots, settings.nas),
         ),
     )

@@ -26,8 +26,13 @@ def stack_doc(stack: str) -> dict[str, Any]:
     return {key.split(":", 1)[1]: value for key, value in doc.items()}
 
 
-def evaluate(stack: str = "prod", mutate: Optional[Callable[[dict], Any]] = None) -> engine.Plan:
-    """Evaluate the real program for `stack`, after `mutate` edits its parsed config in place."""
+def evaluate(
+    stack: str = "prod",
+    mutate: Optional[Callable[[dict], Any]] = None,
+    computed: Optional[dict[str, dict[str, Any]]] = None,
+) -> engine.Plan:
+    """Evaluate the real program for `stack`, after `mutate` edits its parsed config in place
+    (`computed`: outputs known as after a deployment, see `engine.run`)."""
     raw = copy.deepcopy(stack_doc(stack))
     if mutate is not None:
         mutate(raw)
@@ -36,7 +41,7 @@ def evaluate(stack: str = "prod", mutate: Optional[Callable[[dict], Any]] = None
     for full, placeholder in engine.PLACEHOLDER_SECRETS.items():
         config.setdefault(full, placeholder)
         secret_keys.append(full)
-    return engine.run(stack, config, secret_keys)
+    return engine.run(stack, config, secret_keys, computed=computed)
 
 
 def problems(stack: str = "prod", mutate: Optional[Callable[[dict], Any]] = None) -> list[str]:

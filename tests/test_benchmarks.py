@@ -53,7 +53,7 @@ def test_50_nodes_benchmark_and_prod_at_its_graph_limit(tmp_path):
     fifty = measure("50", inventory(50), tmp_path)
     for result in (prod, fifty):
         assert result.steps_per_node == ROLE_STEPS
-        assert result.chain == 6  # prepare -> init -> server 2 -> server 3 -> agent -> membership
+        assert result.chain == 7  # prepare -> init -> CA hash -> server 2 -> server 3 -> agent -> membership
         assert result.peak_mib > 50 and result.wall_seconds > 0
     # At the recommended --parallel, prod and 50 nodes reach the graph's own limit.
     for result in (prod, fifty):
@@ -67,7 +67,7 @@ def test_1000_nodes_shape_and_bring_up_within_an_hour(tmp_path):
     config.write_text(stack_file(inventory(1000)))
     doc, per_node, chain = _shape("bench", config)
     assert per_node == ROLE_STEPS
-    assert chain == 8  # five servers join one after another, then the agents; their number does not lengthen it
+    assert chain == 9  # five servers join one after another, then the agents; their number does not lengthen it
     res, deps = makespan.graph(doc)
     recommended = makespan.simulate(res, deps, recommended_parallel(1000)).makespan
     assert recommended <= 60 * 60

@@ -79,7 +79,8 @@ def test_agents_wait_for_every_server(prod_plan):
     agents = [n["name"] for n in stack_doc("prod")["nodes"] if n["name"] not in servers]
     for agent in agents:
         waits = {d.rsplit("::", 1)[1] for d in cmds[f"{agent}-rke2"]["dependencies"]}
-        assert waits == {f"{agent}-prepare", "cpu-03-rke2", "rke2-token"}, agent
+        # Never the server token (`rke2-token`): the agent token and the CA hash that pins it.
+        assert waits == {f"{agent}-prepare", "cpu-03-rke2", "rke2-agent-token", "cluster-ca-hash"}, agent
 
 
 def _grow(raw: dict, total: int) -> None:
@@ -100,8 +101,8 @@ def _grow(raw: dict, total: int) -> None:
 def test_longest_chain_does_not_grow_with_the_node_count(prod_plan):
     big = evaluate("prod", lambda raw: _grow(raw, 200))
     assert len(big.by_type(COMMAND)) > len(prod_plan.by_type(COMMAND)) + 400
-    # prepare -> init server -> cpu-02 -> cpu-03 -> agent -> membership
-    assert longest_host_chain(prod_plan) == 6
+    # prepare -> init server -> CA hash -> cpu-02 -> cpu-03 -> agent -> membership
+    assert longest_host_chain(prod_plan) == 7
     assert longest_host_chain(big) == longest_host_chain(prod_plan)
 
 
@@ -110,6 +111,7 @@ def test_rke2_config_uses_real_keys(prod_plan):
     server = yaml.safe_load(params_of(cmds["cpu-02-rke2"]["inputs"]["create"])["RKE2_CONFIG"])
     assert server == {
         "advertise-address": "10.20.1.12",
+        "agent-token-file": "/etc/rancher/rke2/agent-token",
         "cluster-cidr": "10.42.0.0/16",
         "cni": "none",
         "disable-kube-proxy": True,
@@ -163,15 +165,16 @@ def test_ssh_key_and_token_never_in_the_plan(tmp_path):
     def with_token(raw):
         raw["rke2Token"] = "token-that-must-not-leak"
 
-    plan = evaluate("prod", with_token)
+    plan = evaluate("prod", with_token, computed={"rke2-agent-token": {"result": "agent-token"}})
     text = plan.to_json()
     assert "placeholder-ssh-private-key" not in text
     assert "token-that-must-not-leak" not in text
     assert plan.outputs["kubeconfig"] == "[secret]"
-    # The token travels on stdin (revealed only to this test), never on a command line.
-    rke2 = plan.named("gpu-01-rke2")
+    # The token travels on stdin (revealed only to this test), never on a command line; what each
+    # role receives: tests/test_join_tokens.py.
+    rke2 = plan.named("cpu-01-rke2")
     revealed = plan.revealed[rke2["urn"]]
-    assert revealed["stdin"] == "token-that-must-not-leak"
+    assert revealed["stdin"] == "token-that-must-not-leak\nagent-token\n"
     for cmd in plan.by_type(COMMAND):
         for field in ("create", "update", "delete"):
             assert "token-that-must-not-leak" not in str(plan.revealed[cmd["urn"]].get(field, ""))

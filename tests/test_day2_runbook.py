@@ -39,8 +39,8 @@ def test_the_runbook_has_the_day2_procedures():
 
 
 def test_rebuilding_the_init_server_drains_uninstalls_joins_and_relabels(prod_plan, tmp_path):
-    # Section 9: `pulumi up --replace <cpu-01-rke2 URN>`.
-    assert replaced_along_with(prod_plan, "cpu-01-rke2") == {"cpu-01-membership"}
+    # Section 14: `pulumi up --replace <cpu-01-rke2 URN>`; the init server's CA hash is read again.
+    assert replaced_along_with(prod_plan, "cpu-01-rke2") == {"cpu-01-membership", "cluster-ca-hash"}
     membership = prod_plan.named("cpu-01-membership")["inputs"]
     rke2 = prod_plan.named("cpu-01-rke2")["inputs"]
 

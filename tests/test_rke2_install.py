@@ -19,6 +19,7 @@ from tests.test_cluster import params_of
 
 STUBS = Path(__file__).parent / "stubs"
 TOKEN = "K10-secret-join-token"
+AGENT_TOKEN = "secret-agent-token"
 
 
 class Host:
@@ -38,8 +39,15 @@ class Host:
         self.state.write_text(json.dumps({"nodes": {name: node}}))
 
     def run(
-        self, params: dict[str, str], token: str = TOKEN, timeout: str = "5", script: str = "rke2-install.sh"
+        self,
+        params: dict[str, str],
+        token: str = TOKEN,
+        timeout: str = "5",
+        script: str = "rke2-install.sh",
+        agent_token: str = AGENT_TOKEN,
     ) -> subprocess.CompletedProcess:
+        """Run `script` as its step does; stdin as the step sends it: the join token, and on servers
+        the agent token on a second line."""
         env = {
             "PATH": f"{STUBS / 'host'}:{os.environ['PATH']}",
             "HOST_ROOT": str(self.root),
@@ -51,7 +59,8 @@ class Host:
             "JOIN_TIMEOUT": timeout,
         }
         program = script_text(script)
-        return subprocess.run(["bash", "-c", program, script], input=token, env=env, capture_output=True, text=True)
+        stdin = token + "\n" + (agent_token + "\n" if params.get("RKE2_TYPE") == "server" else "")
+        return subprocess.run(["bash", "-c", program, script], input=stdin, env=env, capture_output=True, text=True)
 
     def calls(self) -> list[str]:
         log = self.fake / "calls.log"

@@ -10,6 +10,7 @@ from typing import Any
 from stacks import engine
 from stacks.plan import diff
 from tests.conftest import ROOT, stack_doc
+from tests.test_join_tokens import DEPLOYED
 
 RUNBOOK = (ROOT / "docs" / "runbook.md").read_text()
 README = (ROOT / "README.md").read_text()
@@ -21,7 +22,8 @@ def plan_with(stack: str, raw_changes: dict[str, Any] | None = None, secrets: di
     config = {f"ml-platform:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}
     config.update({f"ml-platform:{k}": v for k, v in (secrets or {}).items()})
     config.setdefault("ml-platform:sshPrivateKey", "old-key")
-    return engine.run(stack, config, sorted(k for k in config if k.endswith(("sshPrivateKey", "rke2Token"))))
+    secret_keys = sorted(k for k in config if k.endswith(("sshPrivateKey", "rke2Token")))
+    return engine.run(stack, config, secret_keys, computed=DEPLOYED)
 
 
 def as_doc(plan: engine.Plan) -> dict[str, Any]:
@@ -99,12 +101,13 @@ def test_a_new_ssh_key_updates_every_host_step_in_place():
 
 
 def test_a_rotated_join_token_updates_only_the_rke2_steps():
-    # Runbook 5: setting ml-platform:rke2Token changes the RKE2 steps' stdin (update in place: new token
-    # file, restart) and retires the generated token; nothing is replaced.
+    # Runbook 5: setting ml-platform:rke2Token changes the servers' RKE2 steps' stdin (update in place:
+    # new token file, restart) and retires the generated token; nothing is replaced. Agents hold only
+    # the agent token: their steps do not change.
     old = plan_with("lab")
     new = plan_with("lab", secrets={"rke2Token": "rotated-token"})
     changes = revealed_changes(old, new)
-    assert set(changes) == {f"{n['name']}-rke2" for n in stack_doc("lab")["nodes"]}
+    assert set(changes) == {f"{n['name']}-rke2" for n in stack_doc("lab")["nodes"] if n.get("controlPlane")}
     assert all(keys == {"stdin"} for keys in changes.values()), changes
     result = diff(as_doc(old), as_doc(new))
     assert [urn.rsplit("::", 1)[1] for urn in result["removed"]] == ["rke2-token"]

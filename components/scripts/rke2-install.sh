@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Install (or upgrade) RKE2 at the pinned version, write its configuration, start it and wait until
 # this node is registered (or, when it was Ready before this run, Ready again at the wanted version).
-# The join token arrives on stdin and is written 0600; it is never printed.
+# Secrets arrive on stdin, are written 0600 and never printed: line 1 the join token (on joiners in
+# RKE2's CA-pinned form K10<CA sha256>::server:... or ::node:...), line 2 on servers only the agent
+# token (agent-token-file). Agents get one line: they never hold the server token.
+# A CA-pinned token is checked against the CA that the registration address presents before anything
+# changes, so a wrong pin never restarts a running node into a join that RKE2 refuses.
 # Every wait shares one deadline (JOIN_TIMEOUT); on a timeout the unit's last journal lines are printed.
 # Refuses, before changing anything: a host that runs RKE2 under another node name (unless
 # RENAMED_FROM names it), a downgrade, and a jump of more than one minor version.
@@ -16,8 +20,14 @@ set -euo pipefail
 : "${RENAMED_FROM=}"
 umask 077
 
-token=$(cat)
+IFS= read -r token || true
+IFS= read -r agent_token || true
 [[ -n $token ]] || fail "no join token on standard input"
+if [[ $RKE2_TYPE == server ]]; then
+  [[ -n $agent_token ]] || fail "no agent token on standard input (line 2; servers hold it for agent-token-file)"
+elif [[ -n $agent_token ]]; then
+  fail "an agent receives one token only (the agent token); refusing a second secret on standard input"
+fi
 
 HOST_ROOT=${HOST_ROOT:-}
 etc=$HOST_ROOT/etc/rancher/rke2
@@ -26,6 +36,20 @@ kubelet_kubeconfig=$HOST_ROOT/var/lib/rancher/rke2/agent/kubelet.kubeconfig
 etcd_data=$HOST_ROOT/var/lib/rancher/rke2/server/db/etcd
 unit="rke2-$RKE2_TYPE.service"
 deadline=$((SECONDS + JOIN_TIMEOUT))
+
+# await DESCRIPTION COMMAND...: retry until the step's deadline; then print the journal and fail.
+await() {
+  local what=$1
+  shift
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      note "last lines of the $unit journal:"
+      journalctl -u "$unit" -n 40 --no-pager >&2 || true
+      fail "timed out after ${JOIN_TIMEOUT}s waiting for $what (journal above)"
+    fi
+    sleep 5
+  done
+}
 
 rke2_bin=""
 for bin in "$HOST_ROOT"{/usr/local/bin,/opt/rke2/bin,/usr/bin}/rke2; do
@@ -57,6 +81,20 @@ fi
 
 ping_registration() { curl -ksf --max-time 5 "https://$REGISTRATION_ADDRESS/ping"; }
 
+if [[ $token =~ ^K10([0-9a-f]{64}):: && -n $REGISTRATION_ADDRESS ]]; then
+  pinned=${BASH_REMATCH[1]}
+  await "the registration address $REGISTRATION_ADDRESS to answer" ping_registration
+  cacerts=$(mktemp)
+  curl -ksf --max-time 10 "https://$REGISTRATION_ADDRESS/cacerts" -o "$cacerts" || {
+    rm -f "$cacerts"
+    fail "could not read the cluster CA from https://$REGISTRATION_ADDRESS/cacerts; changed nothing"
+  }
+  presented=$(sha256sum "$cacerts" | cut -d' ' -f1)
+  rm -f "$cacerts"
+  [[ $presented == "$pinned" ]] || fail "the cluster at $REGISTRATION_ADDRESS presents a CA with sha256 \
+$presented, the join token pins $pinned; changed nothing (docs/runbook.md, section 19)"
+fi
+
 config=$RKE2_CONFIG
 if [[ $RKE2_TYPE == server && -n $REGISTRATION_ADDRESS ]] && ! grep -q '^server:' <<<"$config"; then
   # A server once joined stays joined; a server without etcd data joins whenever the cluster is up.
@@ -69,6 +107,9 @@ fi
 restart=false
 install -d -m 0700 "$etc"
 write_file "$etc/join-token" 0600 "$token" && restart=true
+if [[ $RKE2_TYPE == server ]]; then
+  write_file "$etc/agent-token" 0600 "$agent_token" && restart=true
+fi
 write_file "$etc/config.yaml" 0600 "$config" && restart=true
 if [[ -n $REGISTRIES_YAML ]]; then
   write_file "$etc/registries.yaml" 0600 "$REGISTRIES_YAML" && restart=true
@@ -110,20 +151,6 @@ if ! systemctl is-enabled --quiet "$unit"; then
   systemctl enable "$unit" >/dev/null 2>&1
   changed "enabled $unit"
 fi
-
-# await DESCRIPTION COMMAND...: retry until the step's deadline; then print the journal and fail.
-await() {
-  local what=$1
-  shift
-  until "$@" >/dev/null 2>&1; do
-    if ((SECONDS >= deadline)); then
-      note "last lines of the $unit journal:"
-      journalctl -u "$unit" -n 40 --no-pager >&2 || true
-      fail "timed out after ${JOIN_TIMEOUT}s waiting for $what (journal above)"
-    fi
-    sleep 5
-  done
-}
 
 # RKE2's units are Type=notify without a start timeout: never let systemctl block on them.
 if ! systemctl is-active --quiet "$unit"; then
