@@ -124,7 +124,7 @@ class ClusterBootstrap(pulumi.ComponentResource):
             f"{name}-kubeconfig",
             init_host,
             "read-kubeconfig.sh",
-            {"API_ENDPOINT": cluster.api_endpoint, "API_PORT": str(API_PORT), "CLUSTER_NAME": cluster.name},
+            kubeconfig_params(cluster),
             secret_output=True,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.joined[init.name]]),
         )
@@ -396,6 +396,15 @@ def rke2_params(
         "JOIN_TIMEOUT": str(cluster.join_timeout_seconds),
         "RENAMED_FROM": node.renamed_from or "",
     }
+
+
+def kubeconfig_params(cluster: ClusterSettings) -> dict[str, str]:
+    params = {"API_ENDPOINT": cluster.api_endpoint, "API_PORT": str(API_PORT), "CLUSTER_NAME": cluster.name}
+    # A changed parameter re-runs the step (its trigger is their hash): raising the counter re-reads the
+    # kubeconfig after a certificate rotation. Absent at 0, so stacks deployed before keep their step.
+    if cluster.certificate_rotation:
+        params["CERTIFICATE_ROTATION"] = str(cluster.certificate_rotation)
+    return params
 
 
 def membership_params(node: NodeSettings, cluster: ClusterSettings) -> dict[str, str]:

@@ -88,6 +88,13 @@ class ClusterSettings(Model):
         description="How long an RKE2 step waits for the unit to be active and the node registered (or, on a "
         "node that was Ready, Ready again at the wanted version) before it fails with the unit's journal.",
     )
+    certificate_rotation: int = Field(
+        default=0,
+        ge=0,
+        description="A counter: raise it (1, 2, ...) after rotating the servers' certificates with "
+        "`rke2 certificate rotate` to re-read the admin kubeconfig; nothing else changes "
+        "(docs/runbook.md, section 18).",
+    )
     os_family: Literal["debian", "rhel"] = Field(
         default="debian", description="The hosts' distribution family: package manager and chrony paths."
     )

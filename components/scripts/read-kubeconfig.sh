@@ -2,10 +2,16 @@
 # Print the admin kubeconfig of the cluster, with the server address rewritten to the API endpoint
 # and names set to the cluster's, once the API answers through that endpoint. The output is secret:
 # the caller disables logging and marks stdout secret. Diagnostics go to stderr.
-# Parameters: API_ENDPOINT API_PORT CLUSTER_NAME [TIMEOUT]
+# CERTIFICATE_ROTATION: `cluster.certificateRotation`; raising it re-runs this step after the servers'
+# certificates were rotated (the admin client certificate in rke2.yaml is new).
+# Parameters: API_ENDPOINT API_PORT CLUSTER_NAME [TIMEOUT] [CERTIFICATE_ROTATION]
 set -euo pipefail
-: "${API_ENDPOINT:?}" "${API_PORT:?}" "${CLUSTER_NAME:?}" "${TIMEOUT:=900}"
+: "${API_ENDPOINT:?}" "${API_PORT:?}" "${CLUSTER_NAME:?}" "${TIMEOUT:=900}" "${CERTIFICATE_ROTATION:=0}"
 umask 077
+
+if ((CERTIFICATE_ROTATION > 0)); then
+  note "reading the admin kubeconfig after certificate rotation $CERTIFICATE_ROTATION"
+fi
 
 wait_until "$TIMEOUT" "$ADMIN_KUBECONFIG" test -s "$ADMIN_KUBECONFIG"
 kubeconfig=$(mktemp)
