@@ -35,7 +35,7 @@ def test_the_runbook_has_the_day2_procedures():
         "Rotating the cluster certificates",
     ):
         assert re.search(rf"^## \d+\. {re.escape(heading)}$", RUNBOOK, re.M), heading
-    assert "--cluster-reset-restore-path=SNAPSHOT" in RUNBOOK and "rke2 certificate rotate" in RUNBOOK
+    assert '--cluster-reset-restore-path="$SNAPSHOT"' in RUNBOOK and "rke2 certificate rotate" in RUNBOOK
 
 
 def test_rebuilding_the_init_server_drains_uninstalls_joins_and_relabels(prod_plan, tmp_path):
