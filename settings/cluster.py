@@ -53,15 +53,56 @@ class EtcdSnapshots(Model):
     )
 
 
+class ClusterUpgrade(Model):
+    """How a `rke2Version` bump reaches running nodes: Rancher's system-upgrade-controller applies two
+    Plans, the servers first (one at a time, cordoned), then the agents (a few at a time, drained)."""
+
+    agent_concurrency: int = Field(
+        default=2,
+        ge=1,
+        le=100,
+        description="How many agents are drained and upgraded at the same time (the agent Plan's `concurrency`); "
+        "servers are always upgraded one at a time. Keep it below what the PodDisruptionBudgets and the "
+        "spare capacity allow: a drained node's pods must fit elsewhere.",
+    )
+    drain_timeout_seconds: int = Field(
+        default=900,
+        ge=30,
+        le=86400,
+        description="How long the drain of one agent may take (the Plan's `drain.timeout`); a drain that runs "
+        "out, e.g. on a PodDisruptionBudget that allows no eviction, fails that node's upgrade Job, which the "
+        "controller retries.",
+    )
+    controller_image: str = Field(
+        default="docker.io/rancher/system-upgrade-controller:v0.20.1",
+        description="The system-upgrade-controller image; its manifest is vendored at the same release "
+        "(components/manifests/system-upgrade-controller/). Point it at a mirror for air-gapped sites.",
+    )
+    kubectl_image: str = Field(
+        default="docker.io/rancher/kubectl:v1.30.3",
+        description="The image the upgrade Jobs cordon and drain with (the controller's "
+        "`SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE`, upstream's pin); point it at a mirror for air-gapped sites.",
+    )
+    upgrade_image: str = Field(
+        default="docker.io/rancher/rke2-upgrade",
+        description="The rke2-upgrade image repository, without a tag: the controller tags it with "
+        "`rke2Version` (`+` written as `-`). Point it at a mirror for air-gapped sites.",
+    )
+
+
 class ClusterSettings(Model):
     name: Name = Field(
         description="The cluster's name: kubeconfig names and the Kubernetes provider's `cluster_identifier`."
     )
     rke2_version: Rke2Version = Field(
-        description="The pinned RKE2 release (`INSTALL_RKE2_VERSION`), e.g. `v1.35.7+rke2r1`. Bumping it "
-        "restarts RKE2 on every node in one `up` (docs/upgrades.md)."
+        description="The pinned RKE2 release, e.g. `v1.35.7+rke2r1`: what a fresh host installs "
+        "(`INSTALL_RKE2_VERSION`) and the `version` of the upgrade Plans. Bumping it upgrades running nodes "
+        "through the system-upgrade-controller, servers first (docs/upgrades.md)."
     )
     install: Rke2Install = Field(default=Rke2Install(), description="Where RKE2 is installed from.")
+    upgrade: ClusterUpgrade = Field(
+        default=ClusterUpgrade(), description="How a `rke2Version` bump rolls over the running nodes."
+    )
     api_endpoint: Host = Field(
         description="The fixed API and registration address: a virtual IP (with `virtualIp`) or a load balancer "
         "or DNS name the site provides; in every server's `tls-san`."
@@ -86,7 +127,7 @@ class ClusterSettings(Model):
         ge=60,
         le=7200,
         description="How long an RKE2 step waits for the unit to be active and the node registered (or, on a "
-        "node that was Ready, Ready again at the wanted version) before it fails with the unit's journal.",
+        "node that was Ready, Ready again) before it fails with the unit's journal.",
     )
     certificate_rotation: int = Field(
         default=0,

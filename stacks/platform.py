@@ -23,6 +23,7 @@ from components.network_fabric import NetworkFabric, NetworkFabricArgs
 from components.remote import host_accesses
 from components.scheduling_stack import SchedulingStack, SchedulingStackArgs
 from components.zabbix_monitoring import ZabbixMonitoring, ZabbixMonitoringArgs, ZabbixSecrets
+from components.upgrades import ClusterUpgrades, ClusterUpgradesArgs
 from settings import NAMESPACE, SECRET_KEYS, Settings, SettingsError, load, settings_warnings
 from settings.rules import minio_layout
 from stacks import outputs
@@ -143,6 +144,16 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
         ),
     )
     in_cluster = [*cluster.ready, *network.ready]
+    ClusterUpgrades(
+        "upgrades",
+        ClusterUpgradesArgs(
+            cluster=settings.cluster,
+            init_host=hosts[settings.cluster.init_server],
+            init_joined=cluster.joined[settings.cluster.init_server],
+            provider=cluster.provider,
+            cluster_ready=in_cluster,
+        ),
+    )
     gpu = GpuPool(
         "gpu",
         GpuPoolArgs(

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Install (or upgrade) RKE2 at the pinned version, write its configuration, start it and wait until
-# this node is registered (or, when it was Ready before this run, Ready again at the wanted version).
+# Install RKE2 at the pinned version on a fresh host, write its configuration, start it and wait until
+# this node is registered (or, when it was Ready before this run, Ready again).
+# An installed RKE2 is never upgraded here: that is the system-upgrade-controller's Plans' work
+# (components/upgrades.py), which drain the node first and go servers first. So a configuration
+# change on a node that still runs an older release restarts it at that release.
 # Secrets arrive on stdin, are written 0600 and never printed: line 1 the join token (on joiners in
 # RKE2's CA-pinned form K10<CA sha256>::server:... or ::node:...), line 2 on servers only the agent
 # token (agent-token-file). Agents get one line: they never hold the server token.
@@ -126,25 +129,23 @@ node_field() {
   "$KUBECTL" --kubeconfig "$kubelet_kubeconfig" --request-timeout=10s get node "$NODE_NAME" -o "jsonpath=$1"
 }
 node_ready() { [[ "$(node_field '{.status.conditions[?(@.type=="Ready")].status}')" == True ]]; }
-node_at_version() { [[ "$(node_field '{.status.nodeInfo.kubeletVersion}')" == "$RKE2_VERSION" ]]; }
-node_ready_at_version() { node_ready && node_at_version; }
+# The release this host runs (a fresh install: the wanted one).
+node_at_version() { [[ "$(node_field '{.status.nodeInfo.kubeletVersion}')" == "$installed" ]]; }
 # A node that was Ready must be Ready again; a new one cannot be before the CNI is installed.
 was_ready=false
 if systemctl is-active --quiet "$unit" && node_ready >/dev/null 2>&1; then was_ready=true; fi
 
-if [[ $installed != "$RKE2_VERSION" ]]; then
-  if [[ -n $installed && $RKE2_TYPE == server && $was_ready == true ]]; then
-    # A way back: the etcd snapshot restores the cluster as it was before this upgrade (docs/runbook.md, section 17).
-    "$rke2_bin" etcd-snapshot save --name "pre-upgrade-$RKE2_VERSION" >&2
-    changed "saved etcd snapshot pre-upgrade-$RKE2_VERSION before upgrading from $installed"
-  fi
+if [[ -n $installed && $installed != "$RKE2_VERSION" ]]; then
+  note "RKE2 $installed is installed; the upgrade to $RKE2_VERSION is the upgrade Plans' (docs/upgrades.md)"
+elif [[ -z $installed ]]; then
   installer=$(mktemp)
   trap 'rm -f "$installer"' EXIT
   curl -sfL --retry 5 --retry-delay 5 --max-time 300 "$INSTALLER_URL" -o "$installer"
   env INSTALL_RKE2_VERSION="$RKE2_VERSION" INSTALL_RKE2_TYPE="$RKE2_TYPE" INSTALL_RKE2_METHOD="$INSTALL_METHOD" \
     ${ARTIFACT_URL:+INSTALL_RKE2_ARTIFACT_URL="$ARTIFACT_URL"} sh "$installer" >&2
-  changed "installed RKE2 $RKE2_VERSION (was: ${installed:-none})"
+  changed "installed RKE2 $RKE2_VERSION"
   restart=true
+  installed=$RKE2_VERSION
 fi
 
 if ! systemctl is-enabled --quiet "$unit"; then
@@ -171,11 +172,12 @@ fi
 await "$unit to be active" systemctl is-active --quiet "$unit"
 
 if [[ $was_ready == true ]]; then
-  await "node $NODE_NAME to be Ready at $RKE2_VERSION" node_ready_at_version
+  # Any release: an upgrade Plan may replace the binary while this step runs.
+  await "node $NODE_NAME to be Ready" node_ready
 else
-  await "node $NODE_NAME to register at $RKE2_VERSION" node_at_version
+  await "node $NODE_NAME to register at $installed" node_at_version
 fi
 if [[ -n $REGISTRATION_ADDRESS ]]; then
   await "the registration address $REGISTRATION_ADDRESS to answer" ping_registration
 fi
-echo "RKE2 $RKE2_VERSION $RKE2_TYPE running on $NODE_NAME; node registered"
+echo "RKE2 $installed $RKE2_TYPE running on $NODE_NAME; node registered"
