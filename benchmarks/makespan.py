@@ -24,6 +24,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import yaml
+
+from stacks.diff import command_env
+
 COMMAND = "command:remote:Command"
 CNI_CHARTS = ("cilium", "tigera-operator")
 
@@ -48,6 +52,7 @@ DURATIONS: dict[str, tuple[int, str]] = {
         "one SSH login through the bastion (1-2 s) and ~10 kubectl get/label/taint/annotate calls on the "
         "init server (~0.3 s each); the node is already registered (its RKE2 step waited for that)",
     ),
+    "etcd-snapshot.sh": (20, "`rke2 etcd-snapshot save` of a small etcd (tens of MB) on the init server's disk"),
     "read-kubeconfig.sh": (10, "reads rke2.yaml and checks the API through the endpoint, which is already up"),
     "read-ca-hash.sh": (5, "one SSH login to the init server and a sha256sum of one certificate"),
     "infiniband-host.sh": (90, "rdma-core and infiniband-diags from the mirror (30-60 s), IPoIB interface up"),
@@ -85,13 +90,19 @@ def step_kind(resource: Mapping[str, Any]) -> str:
         create = resource["inputs"].get("create", "")
         script = create.rsplit(" ", 1)[-1] if isinstance(create, str) else ""
         if script == "rke2-install.sh":
-            if "RKE2_TYPE=agent" in create:
-                return "rke2-install.sh agent"
-            return "rke2-install.sh server" if "server: https://" in create else "rke2-install.sh init"
+            return f"rke2-install.sh {rke2_role(create)}"
         return script if script in DURATIONS else "other host script"
     if type_.startswith("kubernetes:helm.sh/"):
         return "CNI release" if resource["inputs"].get("chart") in CNI_CHARTS else "helm release"
     return "API object"
+
+
+def rke2_role(create: str) -> str:
+    """agent, server (joins: its config.yaml names the registration address) or init."""
+    params = command_env(create)
+    if params.get("RKE2_TYPE") == "agent":
+        return "agent"
+    return "server" if "server" in yaml.safe_load(params.get("RKE2_CONFIG") or "{}") else "init"
 
 
 def graph(plan: Mapping[str, Any]) -> tuple[dict[str, dict], dict[str, set[str]]]:

@@ -36,7 +36,11 @@ from settings import ClusterSettings
 SUC_RELEASE = "v0.20.1"
 SUC_MANIFESTS = Path(__file__).resolve().parent / "manifests" / "system-upgrade-controller" / SUC_RELEASE
 PLAN_CRD_FILE = (
-    Path(__file__).resolve().parent / "crds" / "system-upgrade-controller" / SUC_RELEASE / "upgrade.cattle.io_plans.yaml"
+    Path(__file__).resolve().parent
+    / "crds"
+    / "system-upgrade-controller"
+    / SUC_RELEASE
+    / "upgrade.cattle.io_plans.yaml"
 )
 NAMESPACE = "system-upgrade"
 SERVICE_ACCOUNT = "system-upgrade"

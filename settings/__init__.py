@@ -6,7 +6,15 @@ One module per area (`cluster`, `nodes`, `network`, `gpu`, `storage`, `schedulin
 """
 
 from settings.charts import Chart, Charts
-from settings.cluster import Bastion, ClusterSettings, ClusterUpgrade, EtcdSnapshots, Rke2Install, SshSettings, VirtualIp
+from settings.cluster import (
+    Bastion,
+    ClusterSettings,
+    ClusterUpgrade,
+    EtcdSnapshots,
+    Rke2Install,
+    SshSettings,
+    VirtualIp,
+)
 from settings.gpu import GpuDriver, GpuSettings, Tier1Settings, TimeSlicing
 from settings.monitoring import MonitoringSettings
 from settings.network import InfinibandSettings, IpoibNetwork, NetworkSettings

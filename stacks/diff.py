@@ -69,8 +69,10 @@ DELETE_EFFECTS = {
     "node-remove.sh": "cordon + drain (PodDisruptionBudgets honoured) + delete the Node object",
     "rke2-uninstall.sh": "uninstall RKE2: removes /var/lib/rancher/rke2 (etcd data, images), /etc/rancher, CNI files",
 }
-# rke2-install.sh restarts the service when the version, config.yaml or registries.yaml it writes change.
-RKE2_RESTART_PARAMS = ("RKE2_VERSION", "RKE2_CONFIG", "REGISTRIES_YAML")
+# rke2-install.sh restarts the service when the config.yaml or registries.yaml it writes change. Its
+# RKE2_VERSION is only what a fresh host installs: the upgrade Plans (components/upgrades.py) upgrade the rest.
+RKE2_RESTART_PARAMS = ("RKE2_CONFIG", "REGISTRIES_YAML")
+PLAN_TYPE = "kubernetes:upgrade.cattle.io/v1:Plan"
 # Releases whose replacement or removal loses data or takes the platform down.
 STATEFUL_CHARTS = {
     "rook-ceph-cluster": "the Ceph cluster (tier-2 data)",
@@ -379,6 +381,7 @@ def danger(entries: list[Entry], before: dict[str, dict], after: dict[str, dict]
         found += _release_danger(entry, before.get(entry.urn) or after.get(entry.urn))
     found += _pool_danger(before, after)
     found += _restart_danger(entries, after)
+    found += _upgrade_danger(before, after)
     return found
 
 
@@ -512,7 +515,7 @@ def _restart_danger(entries: list[Entry], after: dict[str, dict]) -> list[str]:
     if restarts:
         params = sorted({p for e in restarts for p in _rke2_restart_params(e)})
         out.append(
-            f"RKE2 service restarted on {len(restarts)} nodes ({', '.join(params)} changed{_versions(restarts)}): "
+            f"RKE2 service restarted on {len(restarts)} nodes ({', '.join(params)} changed): "
             "servers one after another, agents all at once"
         )
     nodes = sum(1 for r in after.values() if r["name"].endswith("-rke2") and r["type"] == "command:remote:Command")
@@ -533,12 +536,29 @@ def _rke2_restart_params(entry: Entry) -> set[str]:
     return {p for p in RKE2_RESTART_PARAMS if old.get(p) != new.get(p)}
 
 
-def _versions(entries: list[Entry]) -> str:
-    olds = {command_env(c.old).get("RKE2_VERSION") for e in entries for c in e.changes if "create" in c.path}
-    news = {command_env(c.new).get("RKE2_VERSION") for e in entries for c in e.changes if "create" in c.path}
-    if olds == news or None in olds | news:
-        return ""
-    return f": {', '.join(sorted(olds))} -> {', '.join(sorted(news))}"
+def _upgrade_danger(before: dict[str, dict], after: dict[str, dict]) -> list[str]:
+    """A changed `version` of the upgrade Plans: every node restarts once, in the Plans' order."""
+    plans = {r["inputs"]["metadata"]["name"]: r for r in after.values() if r["type"] == PLAN_TYPE}
+    server = plans.get("server-plan")
+    old = before.get(server["urn"]) if server else None
+    if old is None or old["inputs"]["spec"]["version"] == server["inputs"]["spec"]["version"]:
+        return []
+    types = Counter(
+        command_env(r["inputs"].get("create")).get("RKE2_TYPE")
+        for r in after.values()
+        if r["name"].endswith("-rke2") and r["type"] == "command:remote:Command"
+    )
+    snapshot = next((r for r in after.values() if r["name"].endswith("-pre-upgrade-snapshot")), None)
+    saved = (
+        f"etcd snapshot {command_env(snapshot['inputs'].get('create')).get('SNAPSHOT_NAME')}, then " if snapshot else ""
+    )
+    agents = plans["agent-plan"]["inputs"]["spec"]
+    return [
+        f"RKE2 upgrade {old['inputs']['spec']['version']} -> {server['inputs']['spec']['version']} by the "
+        f"system-upgrade-controller: {saved}{types['server']} servers one at a time (cordoned), then "
+        f"{types['agent']} agents {agents['concurrency']} at a time (drained, PodDisruptionBudgets honoured); "
+        "each node's RKE2 restarts once (watch: kubectl -n system-upgrade get plans,jobs)"
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -273,6 +273,12 @@ DERIVED = (
         "`cluster.systemDefaultRegistry` (a registry holding them), or `cluster.registryMirrors` for `docker.io`",
     ),
     (
+        "rke2-upgrade image of the upgrade Plans' Jobs, tagged by the system-upgrade-controller with the version "
+        "(`+` as `-`)",
+        "`{cluster.upgrade.upgradeImage}:<cluster.rke2Version, + as ->`",
+        "`cluster.upgrade.upgradeImage` (a repository holding the same tags)",
+    ),
+    (
         "NVIDIA driver container (`gpu.driver.managedBy: operator`)",
         "`nvcr.io/nvidia/driver:{gpu.driver.version}-<os>`",
         "`cluster.registryMirrors` for `nvcr.io`",

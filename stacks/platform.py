@@ -22,8 +22,8 @@ from components.minio_tier import MinioTier, MinioTierArgs, etcd_s3_server_confi
 from components.network_fabric import NetworkFabric, NetworkFabricArgs
 from components.remote import host_accesses
 from components.scheduling_stack import SchedulingStack, SchedulingStackArgs
-from components.zabbix_monitoring import ZabbixMonitoring, ZabbixMonitoringArgs, ZabbixSecrets
 from components.upgrades import ClusterUpgrades, ClusterUpgradesArgs
+from components.zabbix_monitoring import ZabbixMonitoring, ZabbixMonitoringArgs, ZabbixSecrets
 from settings import NAMESPACE, SECRET_KEYS, Settings, SettingsError, load, settings_warnings
 from settings.rules import minio_layout
 from stacks import outputs

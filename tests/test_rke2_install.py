@@ -124,7 +124,7 @@ def test_agent_joins_once_and_a_second_run_changes_nothing(host):
     assert not any(c.startswith("installer") or "restart" in c or " start " in c for c in new_calls)
 
 
-def test_changes_restart_and_version_bumps_snapshot_then_reinstall(host):
+def test_changes_restart_and_a_version_bump_leaves_the_binary_to_the_plans(host):
     host.register("lab-server")
     (host.fake / "ping-ok").touch()
     assert host.run(lab_params("lab-server")).returncode == 0
@@ -136,15 +136,35 @@ def test_changes_restart_and_version_bumps_snapshot_then_reinstall(host):
     assert "systemctl restart --no-block rke2-server.service" in host.calls()[before:]
     assert host.file("/etc/rancher/rke2/join-token").read_text() == "K10-rotated\n"
 
-    host.register("lab-server", version="v1.35.8+rke2r1")  # the kubelet reports the new version
+    # A version bump re-runs the step: no snapshot, no installer, no restart (the Plans upgrade it, drained).
     before = len(host.calls())
     bumped = host.run(lab_params("lab-server", rke2Version="v1.35.8+rke2r1"), token="K10-rotated")
     assert bumped.returncode == 0, bumped.stderr
-    assert "changed: installed RKE2 v1.35.8+rke2r1 (was: v1.35.7+rke2r1)" in bumped.stdout
-    calls = host.calls()[before:]
-    # An etcd snapshot of the running cluster comes before the new release is installed.
-    snapshot = calls.index("rke2 etcd-snapshot save --name pre-upgrade-v1.35.8+rke2r1")
-    assert snapshot < calls.index("installer v1.35.8+rke2r1 server tar ")
+    assert "changed:" not in bumped.stdout
+    assert "RKE2 v1.35.7+rke2r1 is installed; the upgrade to v1.35.8+rke2r1 is the upgrade Plans'" in bumped.stderr
+    assert not any(c.startswith(("installer", "rke2 ", "systemctl restart")) for c in host.calls()[before:])
+
+
+def test_a_fresh_host_installs_the_wanted_release(host):
+    host.register("lab-gpu", version="v1.36.3+rke2r1")
+    (host.fake / "ping-ok").touch()
+    result = host.run(lab_params("lab-gpu", rke2Version="v1.36.3+rke2r1"))
+    assert result.returncode == 0, result.stderr
+    assert "installer v1.36.3+rke2r1 agent tar " in host.calls()
+    assert "changed: installed RKE2 v1.36.3+rke2r1" in result.stdout
+
+
+def test_a_config_change_on_an_older_node_restarts_it_at_its_release(host):
+    # The node runs v1.35.7 while settings already ask for v1.36.3 (its Plan has not reached it yet).
+    host.runs_rke2_as("lab-gpu", version="v1.35.7+rke2r1")
+    host.register("lab-gpu", version="v1.35.7+rke2r1")
+    (host.fake / "ping-ok").touch()
+    result = host.run(lab_params("lab-gpu", rke2Version="v1.36.3+rke2r1"))
+    assert result.returncode == 0, result.stderr
+    assert host.config()["node-name"] == "lab-gpu" and "server" in host.config()  # the new config.yaml
+    calls = host.calls()
+    assert not any(c.startswith("installer") for c in calls)  # not reinstalled: no upgrade without a drain
+    assert "RKE2 v1.35.7+rke2r1 agent running on lab-gpu" in result.stdout
 
 
 def _on_restart_node_becomes(host: Host, **status) -> None:
@@ -154,26 +174,20 @@ def _on_restart_node_becomes(host: Host, **status) -> None:
     (host.fake / "on-start").write_text(f"cat >'{host.state}' <<'JSON'\n{state}\nJSON\n")
 
 
-def test_an_update_of_a_ready_node_waits_for_ready_at_the_wanted_version(host):
+def test_a_restart_of_a_ready_node_waits_until_it_is_ready_again(host):
     host.register("lab-gpu")
     (host.fake / "ping-ok").touch()
     assert host.run(lab_params("lab-gpu")).returncode == 0
-    # After the upgrade the Node exists at the new version but never becomes Ready again.
-    _on_restart_node_becomes(host, ready=False, version="v1.35.8+rke2r1")
-    stuck = host.run(lab_params("lab-gpu", rke2Version="v1.35.8+rke2r1"))
+    # After the restart (new token) the Node never becomes Ready again.
+    _on_restart_node_becomes(host, ready=False, version="v1.35.7+rke2r1")
+    stuck = host.run(lab_params("lab-gpu"), token="K10-rotated")
     assert stuck.returncode != 0
-    assert "waiting for node lab-gpu to be Ready at v1.35.8+rke2r1" in stuck.stderr
+    assert "waiting for node lab-gpu to be Ready" in stuck.stderr
     assert "Node password rejected" in stuck.stderr  # the journal excerpt explains it
 
-    # Ready again, at the old version (the restart did not take): still not done.
-    _on_restart_node_becomes(host, ready=True, version="v1.35.7+rke2r1")
-    host.register("lab-gpu")
-    old = host.run(lab_params("lab-gpu", rke2Version="v1.35.9+rke2r1"))
-    assert old.returncode != 0 and "to be Ready at v1.35.9+rke2r1" in old.stderr
-
-    # The kubelet caught up: the re-run (nothing left to install or restart) is done.
-    host.register("lab-gpu", version="v1.35.9+rke2r1")
-    done = host.run(lab_params("lab-gpu", rke2Version="v1.35.9+rke2r1"))
+    # Ready again (at whatever release an upgrade Plan may have put there meanwhile): done.
+    host.register("lab-gpu", ready=True, version="v1.35.8+rke2r1")
+    done = host.run(lab_params("lab-gpu"), token="K10-rotated")
     assert done.returncode == 0, done.stderr
     assert "changed:" not in done.stdout
 
@@ -327,3 +341,22 @@ def test_a_rename_leaves_the_live_hosts_rke2_alone(host, lab_plan):
     assert "refused: this host runs RKE2 as node 'lab-cpu-9', not 'lab-cpu-2'" in result.stdout
     assert "rke2-uninstall" not in host.calls()
     assert host.file("/usr/local/bin/rke2-uninstall.sh").exists()
+
+
+def test_the_pre_upgrade_snapshot_is_saved_once(host):
+    host.register("lab-server")
+    (host.fake / "ping-ok").touch()
+    assert host.run(lab_params("lab-server")).returncode == 0
+    params = {"SNAPSHOT_NAME": "pre-upgrade-v1.35.8+rke2r1"}
+    saved = host.run(params, script="etcd-snapshot.sh")
+    assert saved.returncode == 0, saved.stderr
+    assert "rke2 etcd-snapshot save --name pre-upgrade-v1.35.8+rke2r1" in host.calls()
+    assert "changed: saved etcd snapshot pre-upgrade-v1.35.8+rke2r1" in saved.stdout
+    # RKE2 names the file <name>-<node>-<timestamp>; once it is on disk a re-run keeps it.
+    snapshots = host.file("/var/lib/rancher/rke2/server/db/snapshots")
+    snapshots.mkdir(parents=True)
+    (snapshots / "pre-upgrade-v1.35.8+rke2r1-lab-server-1790000000").touch()
+    before = len(host.calls())
+    again = host.run(params, script="etcd-snapshot.sh")
+    assert again.returncode == 0 and "changed:" not in again.stdout
+    assert host.calls()[before:] == []
