@@ -2,9 +2,10 @@
 
 Per node, three host steps, each a separately re-runnable unit:
   1. `<node>-prepare`    on the node: OS preparation (swap, kernel modules, sysctls, time, packages).
-  2. `<node>-rke2`       on the node: RKE2 config, join token (stdin, 0600), install/upgrade, start
+  2. `<node>-rke2`       on the node: RKE2 config, join token (stdin, 0600), install (fresh hosts
+                         only; upgrades are components/upgrades.py's Plans), start
                          without blocking, wait (bounded, journal on failure) until the node is
-                         registered, or Ready at the wanted version when it was Ready before.
+                         registered, or Ready again when it was Ready before.
                          Delete: uninstall RKE2, only from a host that still runs this node name.
      `<name>-ca-hash`   once, on the init server after its RKE2 step: the SHA-256 of the cluster CA,
                          which pins the CA in every other node's join token.
@@ -16,11 +17,10 @@ agent token (`agent-token-file`); agents get only `K10<CA sha256>::node:<agent t
 servers `K10<CA sha256>::server:<server token>`; the init server keeps the bare server token (the
 first server of a cluster cannot take the secure form: its CA does not exist yet).
 
-Order: the init server starts the cluster; the other servers join (and upgrade) one after another
-(upstream warns against concurrent server joins: rancher/rke2#642, #1600); then every agent in
-parallel, so a version bump reaches every server before any agent (Kubernetes' version skew
-policy). The longest chain is prepare -> init -> CA hash -> each further server -> agent ->
-membership, which depends on the number of servers (1, 3 or 5), never on the number of nodes.
+Order: the init server starts the cluster; the other servers join one after another (upstream
+warns against concurrent server joins: rancher/rke2#642, #1600); then every agent in parallel.
+The longest chain is prepare -> init -> CA hash -> each further server -> agent -> membership,
+which depends on the number of servers (1, 3 or 5), never on the number of nodes.
 
 The membership's triggers depend on the RKE2 step's id, so the engine replaces the membership
 whenever the RKE2 step is replaced, and deletes it first: a replace drains and deletes the Node,
@@ -100,7 +100,7 @@ class ClusterBootstrap(pulumi.ComponentResource):
         }
 
         # The init server first, then the other servers one at a time, then the agents in parallel
-        # once every server runs (on a version bump: servers upgraded before any agent).
+        # once every server runs.
         self.joined = {}
         previous_server = self._rke2(init, args, [self.prepared[init.name]], join_stdin(args, None, init))
         # Replaced along with the init server's RKE2 step: a rebuilt single server is a new CA.
