@@ -382,7 +382,9 @@ def rke2_params(
     return {
         "NODE_NAME": node.name,
         "RKE2_TYPE": "server" if node.control_plane else "agent",
-        "RKE2_VERSION": cluster.rke2_version,
+        # What a fresh host installs: the release the cluster runs, so that a version bump leaves this
+        # step alone and a node added mid-upgrade matches the cluster; the upgrade Plans take it further.
+        "RKE2_VERSION": cluster.deployed_rke2_version or cluster.rke2_version,
         "INSTALLER_URL": cluster.install.installer_url,
         "ARTIFACT_URL": cluster.install.artifact_url or "",
         "INSTALL_METHOD": cluster.install.method,

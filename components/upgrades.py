@@ -1,15 +1,17 @@
 """ClusterUpgrades: RKE2 upgrades in the order RKE2 documents, one node's workloads at a time.
 
 A `cluster.rke2Version` bump does not reinstall RKE2 over SSH (rke2-install.sh installs only on a fresh
-host). It changes three things here, applied by Rancher's system-upgrade-controller (RKE2's documented
+host, the release the cluster runs: `deployedRke2Version` while an upgrade is under way). It changes
+three things here, the Plans applied by Rancher's system-upgrade-controller (RKE2's documented
 automated-upgrade path, docs.rke2.io/upgrades/automated):
-  1. `<name>-pre-upgrade-snapshot`: a host step on the init server saves the etcd snapshot
-     `pre-upgrade-<version>` (re-run when the version changes), before either Plan changes;
+  1. `<name>-pre-upgrade-snapshot`: a host step on the init server (re-run when the version changes)
+     refuses a downgrade or a skipped minor version from the release that server runs, then saves the
+     etcd snapshot `pre-upgrade-<version>`; neither Plan changes before it succeeded;
   2. `server-plan`: the control-plane nodes, one at a time, cordoned;
   3. `agent-plan`: every other node, `cluster.upgrade.agentConcurrency` at a time, drained (evictions,
      so PodDisruptionBudgets hold), after the server Plan is done (its `prepare` container waits for it).
 The controller labels each node with the Plan's hash once its Job succeeded; a node that registers
-later (added or rebuilt) has no such label, so the Plans check it too (it installed the wanted release).
+later (added or rebuilt) has no such label, so the Plans bring it to the version too.
 
 The controller comes from the vendored upstream manifest (components/manifests/system-upgrade-controller/,
 the release of `cluster.upgrade.controllerImage`), its Plan CRD from components/crds/.
@@ -123,8 +125,8 @@ class ClusterUpgrades(pulumi.ComponentResource):
         snapshot = host_script(
             f"{name}-pre-upgrade-snapshot",
             args.init_host,
-            "etcd-snapshot.sh",
-            {"SNAPSHOT_NAME": snapshot_name(args.cluster)},
+            "pre-upgrade.sh",
+            {"RKE2_VERSION": args.cluster.rke2_version},
             opts=pulumi.ResourceOptions(parent=self, depends_on=[args.init_joined]),
         )
         self.plans = {}
@@ -143,10 +145,6 @@ class ClusterUpgrades(pulumi.ComponentResource):
                 ),
             )
         self.register_outputs({})
-
-
-def snapshot_name(cluster: ClusterSettings) -> str:
-    return f"pre-upgrade-{cluster.rke2_version}"
 
 
 def controller_objects(cluster: ClusterSettings) -> list[dict[str, Any]]:

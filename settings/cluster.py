@@ -95,9 +95,9 @@ class ClusterSettings(Model):
         description="The cluster's name: kubeconfig names and the Kubernetes provider's `cluster_identifier`."
     )
     rke2_version: Rke2Version = Field(
-        description="The pinned RKE2 release, e.g. `v1.35.7+rke2r1`: what a fresh host installs "
-        "(`INSTALL_RKE2_VERSION`) and the `version` of the upgrade Plans. Bumping it upgrades running nodes "
-        "through the system-upgrade-controller, servers first (docs/upgrades.md)."
+        description="The pinned RKE2 release, e.g. `v1.35.7+rke2r1`: the `version` of the upgrade Plans, and "
+        "what a fresh host installs (`INSTALL_RKE2_VERSION`) unless `deployedRke2Version` is set. Bumping it "
+        "upgrades running nodes through the system-upgrade-controller, servers first (docs/upgrades.md)."
     )
     install: Rke2Install = Field(default=Rke2Install(), description="Where RKE2 is installed from.")
     upgrade: ClusterUpgrade = Field(
@@ -119,8 +119,9 @@ class ClusterSettings(Model):
     deployed_rke2_version: Optional[Rke2Version] = Field(
         default=None,
         description="The RKE2 release the cluster runs now, while `rke2Version` asks for another: settings refuse "
-        "a downgrade and a jump of more than one minor version from it (each host's step also checks the "
-        "release it really runs). Unset: no upgrade in this change.",
+        "a downgrade and a jump of more than one minor version from it (the pre-upgrade step also checks the "
+        "release the init server runs), and a fresh host installs it (the upgrade Plans take it further). "
+        "Unset: `rke2Version`. Set it to the new release once every node runs it.",
     )
     join_timeout_seconds: int = Field(
         default=900,

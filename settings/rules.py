@@ -125,7 +125,7 @@ def rke2_release(version: str) -> tuple[int, int, int]:
 
 def _upgrade_problems(s: Settings, add) -> None:
     # Kubernetes' version skew policy: one minor version at a time, never back (RKE2 refuses to
-    # start an etcd written by a newer release). The host step checks the same against each host.
+    # start an etcd written by a newer release). pre-upgrade.sh checks the same against the init server.
     deployed, wanted = s.cluster.deployed_rke2_version, s.cluster.rke2_version
     if deployed is None:
         return

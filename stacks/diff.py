@@ -70,7 +70,7 @@ DELETE_EFFECTS = {
     "rke2-uninstall.sh": "uninstall RKE2: removes /var/lib/rancher/rke2 (etcd data, images), /etc/rancher, CNI files",
 }
 # rke2-install.sh restarts the service when the config.yaml or registries.yaml it writes change. Its
-# RKE2_VERSION is only what a fresh host installs: the upgrade Plans (components/upgrades.py) upgrade the rest.
+# RKE2_VERSION is only what a fresh host installs: the upgrade Plans (components/upgrades.py) upgrade.
 RKE2_RESTART_PARAMS = ("RKE2_CONFIG", "REGISTRIES_YAML")
 PLAN_TYPE = "kubernetes:upgrade.cattle.io/v1:Plan"
 # Releases whose replacement or removal loses data or takes the platform down.
@@ -548,10 +548,8 @@ def _upgrade_danger(before: dict[str, dict], after: dict[str, dict]) -> list[str
         for r in after.values()
         if r["name"].endswith("-rke2") and r["type"] == "command:remote:Command"
     )
-    snapshot = next((r for r in after.values() if r["name"].endswith("-pre-upgrade-snapshot")), None)
-    saved = (
-        f"etcd snapshot {command_env(snapshot['inputs'].get('create')).get('SNAPSHOT_NAME')}, then " if snapshot else ""
-    )
+    snapshot = next(r for r in after.values() if r["name"].endswith("-pre-upgrade-snapshot"))
+    saved = f"etcd snapshot pre-upgrade-{command_env(snapshot['inputs'].get('create')).get('RKE2_VERSION')}, then "
     agents = plans["agent-plan"]["inputs"]["spec"]
     return [
         f"RKE2 upgrade {old['inputs']['spec']['version']} -> {server['inputs']['spec']['version']} by the "

@@ -141,7 +141,7 @@ def test_changes_restart_and_a_version_bump_leaves_the_binary_to_the_plans(host)
     bumped = host.run(lab_params("lab-server", rke2Version="v1.35.8+rke2r1"), token="K10-rotated")
     assert bumped.returncode == 0, bumped.stderr
     assert "changed:" not in bumped.stdout
-    assert "RKE2 v1.35.7+rke2r1 is installed; the upgrade to v1.35.8+rke2r1 is the upgrade Plans'" in bumped.stderr
+    assert "RKE2 v1.35.7+rke2r1 is installed and kept: the upgrade Plans change releases" in bumped.stderr
     assert not any(c.startswith(("installer", "rke2 ", "systemctl restart")) for c in host.calls()[before:])
 
 
@@ -280,17 +280,27 @@ def test_a_host_running_another_node_is_refused_unless_renamed(host):
     assert host.config()["node-name"] == "lab-gpu"
 
 
+def test_a_config_change_on_a_node_the_plans_already_upgraded_keeps_its_release(host):
+    # Mid-upgrade: settings still name the running release for fresh hosts (deployedRke2Version).
+    host.runs_rke2_as("lab-gpu", version="v1.36.3+rke2r1")
+    host.register("lab-gpu", version="v1.36.3+rke2r1")
+    (host.fake / "ping-ok").touch()
+    result = host.run(lab_params("lab-gpu", rke2Version="v1.36.3+rke2r1", deployedRke2Version="v1.35.7+rke2r1"))
+    assert result.returncode == 0, result.stderr
+    assert not any(c.startswith("installer") for c in host.calls())
+    assert "RKE2 v1.36.3+rke2r1 agent running on lab-gpu" in result.stdout
+
+
 @pytest.mark.parametrize(
     ("installed", "wanted", "why"),
     [("v1.35.7+rke2r1", "v1.35.6+rke2r1", "downgrade"), ("v1.33.5+rke2r1", "v1.35.7+rke2r1", "skips a minor")],
 )
-def test_downgrades_and_minor_skips_are_refused_on_the_host(host, installed, wanted, why):
-    host.runs_rke2_as("lab-gpu", version=installed)
-    (host.fake / "ping-ok").touch()
-    result = host.run(lab_params("lab-gpu", rke2Version=wanted))
+def test_downgrades_and_minor_skips_are_refused_before_the_plans_change(host, installed, wanted, why):
+    host.runs_rke2_as("lab-server", version=installed)
+    result = host.run({"RKE2_VERSION": wanted}, script="pre-upgrade.sh")
     assert result.returncode != 0 and why in result.stderr
-    assert host.config() == {"node-name": "lab-gpu", "token-file": "x"}  # untouched
-    assert not any(c.startswith(("installer", "systemctl")) for c in host.calls())
+    assert "the upgrade Plans were not changed" in result.stderr
+    assert host.calls() == []  # no snapshot either
 
 
 def uninstall(host: Host, node: str) -> subprocess.CompletedProcess:
@@ -347,16 +357,16 @@ def test_the_pre_upgrade_snapshot_is_saved_once(host):
     host.register("lab-server")
     (host.fake / "ping-ok").touch()
     assert host.run(lab_params("lab-server")).returncode == 0
-    params = {"SNAPSHOT_NAME": "pre-upgrade-v1.35.8+rke2r1"}
-    saved = host.run(params, script="etcd-snapshot.sh")
+    params = {"RKE2_VERSION": "v1.35.8+rke2r1"}
+    saved = host.run(params, script="pre-upgrade.sh")
     assert saved.returncode == 0, saved.stderr
     assert "rke2 etcd-snapshot save --name pre-upgrade-v1.35.8+rke2r1" in host.calls()
-    assert "changed: saved etcd snapshot pre-upgrade-v1.35.8+rke2r1" in saved.stdout
+    assert "changed: saved etcd snapshot pre-upgrade-v1.35.8+rke2r1 (RKE2 v1.35.7+rke2r1 runs here)" in saved.stdout
     # RKE2 names the file <name>-<node>-<timestamp>; once it is on disk a re-run keeps it.
     snapshots = host.file("/var/lib/rancher/rke2/server/db/snapshots")
     snapshots.mkdir(parents=True)
     (snapshots / "pre-upgrade-v1.35.8+rke2r1-lab-server-1790000000").touch()
     before = len(host.calls())
-    again = host.run(params, script="etcd-snapshot.sh")
+    again = host.run(params, script="pre-upgrade.sh")
     assert again.returncode == 0 and "changed:" not in again.stdout
     assert host.calls()[before:] == []

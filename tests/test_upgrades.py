@@ -15,8 +15,8 @@ from tests.conftest import evaluate, problems, stack_doc, tolerates
 from tests.test_cluster import params_of
 from tests.upstream import crd_schema_errors, requires_upstream, spec_schema, unknown_fields
 
-PLAN = "kubernetes:upgrade.cattle.io/v1:Plan"
 NEW = "v1.36.3+rke2r1"
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJVdMEhNn1ffJTT2Ri5HRXMYLjXJFR4t7ysnoaV/FnZ+"
 
 
 def bump(raw: dict) -> None:
@@ -34,27 +34,15 @@ def plan_spec(plan, name: str) -> dict:
     return plan.named(f"upgrades-{name}")["inputs"]["spec"]
 
 
-def test_a_version_bump_changes_the_plans_and_the_snapshot_and_replaces_no_host_rke2_step(prod_plan, bumped):
+def test_a_version_bump_changes_the_plans_and_the_snapshot_and_no_host_step(prod_plan, bumped):
     result = diff.compare(json.loads(prod_plan.to_json()), json.loads(bumped.to_json()))
-    by_action = {}
-    for entry in result.entries:
-        by_action.setdefault(entry.action, set()).add(entry.name)
-    nodes = [n["name"] for n in stack_doc("prod")["nodes"]]
-    assert by_action.pop("replace") == {"upgrades-pre-upgrade-snapshot"}  # re-runs: a new snapshot name
-    updated = by_action.pop("update")
-    assert by_action == {}, "nothing is created or deleted"
-    assert {"upgrades-server-plan", "upgrades-agent-plan"} <= updated
-    # The host RKE2 steps are not replaced (no uninstall) and only their fresh-install version changed:
-    # rke2-install.sh leaves an installed binary alone (tests/test_rke2_install.py).
-    for name in updated - {"upgrades-server-plan", "upgrades-agent-plan"}:
-        assert name in {f"{n}-rke2" for n in nodes}
-        before, after = prod_plan.named(name)["inputs"], bumped.named(name)["inputs"]
-        assert before["triggers"] == after["triggers"]
-        old, new = params_of(before["create"]), params_of(after["create"])
-        assert {k for k in old if old[k] != new.get(k)} == {"RKE2_VERSION"}
-    assert params_of(bumped.named("upgrades-pre-upgrade-snapshot")["inputs"]["create"]) == {
-        "SNAPSHOT_NAME": f"pre-upgrade-{NEW}"
+    actions = {entry.name: entry.action for entry in result.entries}
+    assert actions == {
+        "upgrades-pre-upgrade-snapshot": "replace",  # re-runs: checks the release, then a new snapshot
+        "upgrades-server-plan": "update",
+        "upgrades-agent-plan": "update",
     }
+    assert params_of(bumped.named("upgrades-pre-upgrade-snapshot")["inputs"]["create"]) == {"RKE2_VERSION": NEW}
 
     server, agent = plan_spec(bumped, "server-plan"), plan_spec(bumped, "agent-plan")
     assert server["version"] == agent["version"] == NEW
@@ -71,6 +59,30 @@ def test_a_version_bump_changes_the_plans_and_the_snapshot_and_replaces_no_host_
         "honoured)" in text
     )
     assert "RKE2 service restarted" not in text
+
+
+def test_a_node_added_mid_upgrade_installs_the_release_the_cluster_runs(bumped):
+    def add_node(raw):
+        bump(raw)
+        raw["nodes"].append({"name": "cpu-99", "address": "10.20.1.99", "role": "cpu", "hostKey": HOST_KEY})
+
+    added = evaluate("prod", add_node)
+    assert params_of(added.named("cpu-99-rke2")["inputs"]["create"])["RKE2_VERSION"] == "v1.35.7+rke2r1"
+
+
+def test_after_the_rollout_fresh_hosts_install_the_new_release_and_nothing_restarts(bumped):
+    def done(raw):
+        bump(raw)
+        raw["cluster"]["deployedRke2Version"] = NEW
+
+    result = diff.compare(json.loads(bumped.to_json()), json.loads(evaluate("prod", done).to_json()))
+    nodes = {f"{n['name']}-rke2" for n in stack_doc("prod")["nodes"]}
+    assert {e.name for e in result.entries} == nodes and result.counts() == {"update": 50}
+    for entry in result.entries:
+        (change,) = entry.changes
+        old, new = params_of(change.old), params_of(change.new)
+        assert {k for k in old if old[k] != new[k]} == {"RKE2_VERSION"} and new["RKE2_VERSION"] == NEW
+    assert result.danger == []  # rke2-install.sh installs nothing on an installed node and restarts nothing
 
 
 def test_the_server_plan_waits_for_the_snapshot_on_the_init_server(prod_plan):

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Install RKE2 at the pinned version on a fresh host, write its configuration, start it and wait until
+# Install RKE2 at RKE2_VERSION on a fresh host, write its configuration, start it and wait until
 # this node is registered (or, when it was Ready before this run, Ready again).
-# An installed RKE2 is never upgraded here: that is the system-upgrade-controller's Plans' work
-# (components/upgrades.py), which drain the node first and go servers first. So a configuration
-# change on a node that still runs an older release restarts it at that release.
+# An installed RKE2 is never upgraded or downgraded here: upgrades are the system-upgrade-controller's
+# Plans (components/upgrades.py: servers first, agents drained; pre-upgrade.sh refuses downgrades and
+# skipped minors). So a configuration change on a node at another release restarts it at that release.
 # Secrets arrive on stdin, are written 0600 and never printed: line 1 the join token (on joiners in
 # RKE2's CA-pinned form K10<CA sha256>::server:... or ::node:...), line 2 on servers only the agent
 # token (agent-token-file). Agents get one line: they never hold the server token.
 # A CA-pinned token is checked against the CA that the registration address presents before anything
 # changes, so a wrong pin never restarts a running node into a join that RKE2 refuses.
 # Every wait shares one deadline (JOIN_TIMEOUT); on a timeout the unit's last journal lines are printed.
-# Refuses, before changing anything: a host that runs RKE2 under another node name (unless
-# RENAMED_FROM names it), a downgrade, and a jump of more than one minor version.
+# Refuses, before changing anything, a host that runs RKE2 under another node name (unless
+# RENAMED_FROM names it).
 # A server whose config has no `server:` (the init server) joins the running cluster instead of
 # initialising a new one whenever the registration address answers and the host has no etcd data.
 # Parameters: NODE_NAME RKE2_TYPE (server|agent) RKE2_VERSION INSTALLER_URL ARTIFACT_URL
@@ -71,17 +71,6 @@ if [[ -n $running_as && $running_as != "$NODE_NAME" && $running_as != "$RENAMED_
 set renamedFrom: $running_as on node $NODE_NAME (docs/runbook.md, section 15); otherwise fix the node's address"
 fi
 
-release() { [[ $1 =~ ^v1\.([0-9]+)\.([0-9]+)\+rke2r([0-9]+)$ ]] && printf '%05d%05d%05d' "${BASH_REMATCH[@]:1:3}"; }
-if [[ -n $installed && $installed != "$RKE2_VERSION" ]]; then
-  have=$(release "$installed") || fail "cannot read the installed RKE2 version '$installed'"
-  want=$(release "$RKE2_VERSION") || fail "RKE2_VERSION '$RKE2_VERSION' is not an RKE2 release"
-  if [[ $want < $have ]]; then
-    fail "this host runs RKE2 $installed; $RKE2_VERSION would be a downgrade, which RKE2 does not support; changed nothing"
-  elif ((10#${want:0:5} > 10#${have:0:5} + 1)); then
-    fail "this host runs RKE2 $installed; $RKE2_VERSION skips a minor version; upgrade one minor at a time; changed nothing"
-  fi
-fi
-
 ping_registration() { curl -ksf --max-time 5 "https://$REGISTRATION_ADDRESS/ping"; }
 
 if [[ $token =~ ^K10([0-9a-f]{64}):: && -n $REGISTRATION_ADDRESS ]]; then
@@ -136,7 +125,7 @@ was_ready=false
 if systemctl is-active --quiet "$unit" && node_ready >/dev/null 2>&1; then was_ready=true; fi
 
 if [[ -n $installed && $installed != "$RKE2_VERSION" ]]; then
-  note "RKE2 $installed is installed; the upgrade to $RKE2_VERSION is the upgrade Plans' (docs/upgrades.md)"
+  note "RKE2 $installed is installed and kept: the upgrade Plans change releases (docs/upgrades.md)"
 elif [[ -z $installed ]]; then
   installer=$(mktemp)
   trap 'rm -f "$installer"' EXIT
