@@ -124,9 +124,7 @@ node_at_version() { [[ "$(node_field '{.status.nodeInfo.kubeletVersion}')" == "$
 was_ready=false
 if systemctl is-active --quiet "$unit" && node_ready >/dev/null 2>&1; then was_ready=true; fi
 
-if [[ -n $installed && $installed != "$RKE2_VERSION" ]]; then
-  note "RKE2 $installed is installed and kept: the upgrade Plans change releases (docs/upgrades.md)"
-elif [[ -z $installed ]]; then
+if [[ -z $installed ]]; then
   installer=$(mktemp)
   trap 'rm -f "$installer"' EXIT
   curl -sfL --retry 5 --retry-delay 5 --max-time 300 "$INSTALLER_URL" -o "$installer"
@@ -135,6 +133,8 @@ elif [[ -z $installed ]]; then
   changed "installed RKE2 $RKE2_VERSION"
   restart=true
   installed=$RKE2_VERSION
+elif [[ $installed != "$RKE2_VERSION" ]]; then
+  note "RKE2 $installed is installed and kept: the upgrade Plans change releases (docs/upgrades.md)"
 fi
 
 if ! systemctl is-enabled --quiet "$unit"; then
