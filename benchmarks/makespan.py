@@ -52,7 +52,10 @@ DURATIONS: dict[str, tuple[int, str]] = {
         "one SSH login through the bastion (1-2 s) and ~10 kubectl get/label/taint/annotate calls on the "
         "init server (~0.3 s each); the node is already registered (its RKE2 step waited for that)",
     ),
-    "etcd-snapshot.sh": (20, "`rke2 etcd-snapshot save` of a small etcd (tens of MB) on the init server's disk"),
+    "pre-upgrade.sh": (
+        20,
+        "version check and `rke2 etcd-snapshot save` of a small etcd (tens of MB) on the init server",
+    ),
     "read-kubeconfig.sh": (10, "reads rke2.yaml and checks the API through the endpoint, which is already up"),
     "read-ca-hash.sh": (5, "one SSH login to the init server and a sha256sum of one certificate"),
     "infiniband-host.sh": (90, "rdma-core and infiniband-diags from the mirror (30-60 s), IPoIB interface up"),
