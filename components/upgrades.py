@@ -174,25 +174,21 @@ def controller_objects(cluster: ClusterSettings) -> list[dict[str, Any]]:
     return docs
 
 
-def _plan_spec(cluster: ClusterSettings, control_plane: str, concurrency: int) -> dict[str, Any]:
+def _plan_spec(cluster: ClusterSettings, control_plane: dict[str, Any], concurrency: int) -> dict[str, Any]:
     # `version` pins the release (no channel polling); the controller tags the image with it, "+" as "-".
     return {
         "concurrency": concurrency,
-        "nodeSelector": {"matchExpressions": [{"key": CONTROL_PLANE_LABEL, **_selects(control_plane)}, MANAGED]},
+        "nodeSelector": {"matchExpressions": [{"key": CONTROL_PLANE_LABEL, **control_plane}, MANAGED]},
         "serviceAccountName": SERVICE_ACCOUNT,
         "upgrade": {"image": cluster.upgrade.upgrade_image},
         "version": cluster.rke2_version,
     }
 
 
-def _selects(control_plane: str) -> dict[str, Any]:
-    return {"operator": "In", "values": ["true"]} if control_plane == "servers" else {"operator": "DoesNotExist"}
-
-
 def server_plan_spec(cluster: ClusterSettings) -> dict[str, Any]:
     """Servers one at a time, cordoned, not drained (RKE2's documented server Plan): etcd keeps quorum."""
     return {
-        **_plan_spec(cluster, "servers", 1),
+        **_plan_spec(cluster, {"operator": "In", "values": ["true"]}, 1),
         "cordon": True,
         "tolerations": SERVER_TOLERATIONS,
         "jobActiveDeadlineSecs": UPGRADE_SECONDS,
@@ -203,7 +199,7 @@ def agent_plan_spec(cluster: ClusterSettings) -> dict[str, Any]:
     """Agents `agentConcurrency` at a time, drained first, once every server runs the new release."""
     upgrade = cluster.upgrade
     return {
-        **_plan_spec(cluster, "agents", upgrade.agent_concurrency),
+        **_plan_spec(cluster, {"operator": "DoesNotExist"}, upgrade.agent_concurrency),
         # rke2-upgrade's `prepare <plan>` waits until that Plan has upgraded every node it selects.
         "prepare": {"image": upgrade.upgrade_image, "args": ["prepare", SERVER_PLAN]},
         # Drain cordons too. Evictions (disableEviction unset) honour PodDisruptionBudgets; emptyDir data
