@@ -458,6 +458,14 @@ case "$*" in
   *MOUNTPOINT*) [[ -e $f.mounts ]] && cat "$f.mounts"; true ;;
 esac
 """,
+    # findmnt -n -o SOURCE --mountpoint DIR: the device whose mounts list DIR
+    "findmnt": """
+mnt=${!#}
+for f in "$STUB_STATE"/*.mounts; do
+  [[ -e $f ]] && grep -qxF -- "$mnt" "$f" && { echo "/dev/$(basename "$f" .mounts)"; exit 0; }
+done
+exit 1
+""",
     "wipefs": 'dev=${!#}; echo "wipefs $*" >>"$STUB_STATE/log"; rm -f "$STUB_STATE/$(basename "$dev").sig"',
     "mkfs.xfs": """
 dev=${!#}; name=$(basename "$dev"); echo "mkfs.xfs $*" >>"$STUB_STATE/log"
@@ -607,6 +615,22 @@ def test_reordered_drives_are_refused(nas):
     swapped = [nas.drives[1], nas.drives[0], *nas.drives[2:]]
     result = nas.run(nas.params(" ".join(f"{d}=format" for d in swapped)))
     assert result.returncode != 0 and "drive order must never change" in result.stderr
+
+
+def test_a_swapped_drive_is_not_mounted_over_the_old_ones_mount(nas):
+    assert nas.run(nas.params()).returncode == 0
+    new = nas.disk("nasdisk6")  # blank, in slot 2; nasdisk2 is still mounted at drive2
+    drives = [nas.drives[0], new, *nas.drives[2:]]
+    params = nas.params(" ".join(f"{d}=format" for d in drives))
+    before = len(nas.log())
+    result = nas.run(params)
+    assert result.returncode != 0
+    assert "drive 2: /mnt/minio/drive2 still has /dev/nasdisk2 mounted" in result.stderr, result.stderr
+    assert not any("nasdisk6" in line for line in nas.log()[before:]), "nothing formatted or mounted"
+    (nas.state / "nasdisk2.mounts").unlink()  # the operator's `umount`
+    again = nas.run(params)
+    assert again.returncode == 0, again.stderr
+    assert "mount -t xfs -o noatime /dev/nasdisk6 /mnt/minio/drive2" in nas.log()
 
 
 def test_sha256_mismatch_aborts_before_anything_is_installed(nas):

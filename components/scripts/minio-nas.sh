@@ -122,7 +122,7 @@ ensure_fstab() {
 
 # handle_drive SLOT DEVICE ACTION
 handle_drive() {
-  local slot=$1 dev=$2 action=$3 real label mnt mounts elsewhere
+  local slot=$1 dev=$2 action=$3 real label mnt mounts elsewhere occupant
   label=$(printf 'mlminio-d%02d' "$slot")
   mnt="$MOUNT_ROOT/drive$slot"
   real=$(readlink -f -- "$dev")
@@ -139,6 +139,13 @@ handle_drive() {
   elsewhere=$(grep -vxF -- "$mnt" <<<"$mounts" || true)
   if [[ -n $elsewhere ]]; then
     refuse "drive $slot: $dev is mounted at $(tr '\n' ' ' <<<"$elsewhere"); unmount it or remove it from the list"
+    return 0
+  fi
+  # A drive swapped in this slot: the old one may still be mounted here (a dead mount after the swap).
+  # Mounting on top would hide it and keep its writes pending; the operator unmounts it on purpose.
+  occupant=$(findmnt -n -o SOURCE --mountpoint "$mnt" || true)
+  if [[ -n $occupant && $(readlink -f -- "$occupant") != "$real" ]]; then
+    refuse "drive $slot: $mnt still has $occupant mounted (the drive $dev replaces?); unmount it on the host ('umount $mnt'; MinIO keeps serving from the other drives), then run the step again"
     return 0
   fi
   if [[ $fs_label == "$label" && $fs_type == xfs ]]; then
