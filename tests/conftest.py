@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from settings import SettingsError, load
-from stacks import engine
+from stacks import engine, reference
 
 ROOT = Path(__file__).resolve().parent.parent
-UPSTREAM = ROOT.parent / "shared" / "upstream"
+UPSTREAM = reference.reference_dir()
 
 
 def stack_doc(stack: str) -> dict[str, Any]:
@@ -104,8 +104,15 @@ def lab_plan() -> engine.Plan:
 
 
 def requires_upstream(*parts: str) -> Path:
-    """A file under ../shared/upstream, or skip the test with the reason when it is absent."""
+    """A reference file (`stacks.reference`), or skip the test naming the command that fetches it when it is
+    absent; with MLP_REFERENCE_STRICT=1 (CI) a missing file fails the test instead."""
     path = UPSTREAM.joinpath(*parts)
     if not path.exists():
-        pytest.skip(f"upstream reference data not present: {path} (only in this workplace)")
+        message = (
+            f"upstream reference file missing: {path}; run `{reference.FETCH_COMMAND}` "
+            "(or set MLP_REFERENCE_DIR to a directory that holds the reference files)"
+        )
+        if reference.strict():
+            pytest.fail(message)
+        pytest.skip(message)
     return path
