@@ -1,8 +1,8 @@
 """Settings: the ground floor of the import graph (components and stacks import it; it imports neither).
 
 One module per area (`cluster`, `nodes`, `network`, `gpu`, `storage`, `scheduling`, `monitoring`,
-`charts`), shared field types in `types`, cross-area rules in `rules`, the root model and `load()` in
-`root`. Import what you need from here.
+`charts`), shared field types in `types`, cross-area rules in `rules/` (one module per area), the root model in `root`,
+`load()` and its messages in `load`. Import what you need from here.
 """
 
 from settings.charts import Chart, Charts
@@ -16,10 +16,11 @@ from settings.cluster import (
     VirtualIp,
 )
 from settings.gpu import GpuDriver, GpuSettings, Tier1Settings, TimeSlicing
+from settings.load import load
 from settings.monitoring import MonitoringSettings
 from settings.network import InfinibandSettings, IpoibNetwork, NetworkSettings
 from settings.nodes import GpuSpec, InfinibandSpec, NasDrive, NasHost, NasSettings, NodeSettings, NvmeDevice, OsdDevice
-from settings.root import NAMESPACE, SECRET_KEYS, Settings, SettingsError, load
+from settings.root import NAMESPACE, SECRET_KEYS, Settings, SettingsError
 from settings.rules import settings_warnings
 from settings.scheduling import SchedulingSettings
 from settings.storage import (

@@ -165,7 +165,7 @@ def settings_reference() -> str:
         "area, camelCase as below (`nodes[]` is a list item). Unknown keys, wrong types and values outside the",
         "constraints are refused before anything is created, each problem named by its path with the fix.",
         "Rules that relate several keys (e.g. GPU nodes need InfiniBand settings, 1, 3 or 5 control-plane",
-        "servers, unique names and addresses) live in `settings/rules.py`; they judge what validated, so one",
+        "servers, unique names and addresses) live in `settings/rules/`; they judge what validated, so one",
         "run reports every problem, and a rule that needs an entry that failed waits (the output says which).",
         "Editors check the file while you type against the generated JSON Schema,",
         f"[`{SCHEMA_FILE.split('/')[-1]}`]({SCHEMA_FILE.split('/')[-1]})",

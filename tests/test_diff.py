@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from stacks import diff, engine
+from stacks.diff import core
 from stacks.plan import REFUSED
 from tests.conftest import ROOT, evaluate, node_index, stack_doc
 
@@ -300,7 +301,7 @@ def test_classification(type_, path, action):
 
 
 def test_minio_user_rename_deletes_first_as_its_dynamic_provider_says():
-    old = {"urn": "u", "name": "n", "type": diff.DYNAMIC, "inputs": {"user": "a", "policyName": "p"}, "options": {}}
+    old = {"urn": "u", "name": "n", "type": core.DYNAMIC, "inputs": {"user": "a", "policyName": "p"}, "options": {}}
     assert (
         diff.classify(old, {**old, "inputs": {"user": "b", "policyName": "p"}}, "c").action == "delete-before-replace"
     )
@@ -328,7 +329,7 @@ def test_every_registered_type_has_a_rule(prod_base):
         if type_.startswith("mlplatform:"):
             continue  # components: no provider, nothing to replace
         known = (
-            type_ in diff.REPLACE_ON or type_ == diff.DYNAMIC or type_.startswith(("kubernetes:", "pulumi:providers:"))
+            type_ in diff.REPLACE_ON or type_ == core.DYNAMIC or type_.startswith(("kubernetes:", "pulumi:providers:"))
         )
         assert known, f"{type_}: add its replace rule (and source) to stacks/diff.py REPLACE_ON"
 
@@ -349,4 +350,4 @@ def test_values_line_diff_and_nested_paths():
 def test_zabbix_rule_names_every_kind_the_provider_handles():
     from components.zabbix_objects import KINDS
 
-    assert set(diff.ZABBIX_KINDS) == set(KINDS)
+    assert set(core.ZABBIX_KINDS) == set(KINDS)

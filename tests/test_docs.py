@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from settings import Charts, Settings
-from settings.root import _unwrap
+from settings.load import _unwrap
 from stacks import docs
 from stacks.outputs import CONTRACT
 from tests.conftest import ROOT

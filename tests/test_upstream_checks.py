@@ -277,11 +277,18 @@ def test_a_crd_schema_comes_from_a_multi_document_bundle_by_kind(upstream_dir):
         crd_schema("demo", "bundle.yaml", crd_version="v1")
 
 
-def test_missing_upstream_files_skip_with_the_reason(upstream_dir):
-    with pytest.raises(pytest.skip.Exception, match="upstream reference data not present: .*values.yaml"):
+def test_missing_upstream_files_skip_naming_the_fetch_command(upstream_dir, monkeypatch):
+    monkeypatch.delenv("MLP_REFERENCE_STRICT", raising=False)
+    with pytest.raises(pytest.skip.Exception, match=r"reference file missing: .*values.yaml; run `make reference`"):
         upstream_values("no-such-chart", "1.0.0")
-    with pytest.raises(pytest.skip.Exception, match="upstream reference data not present: .*missing.yaml"):
+    with pytest.raises(pytest.skip.Exception, match=r"reference file missing: .*missing.yaml; run `make reference`"):
         crd_schema("demo", "missing.yaml", crd_version="v1")
+
+
+def test_missing_upstream_files_fail_when_strict(upstream_dir, monkeypatch):
+    monkeypatch.setenv("MLP_REFERENCE_STRICT", "1")
+    with pytest.raises(pytest.fail.Exception, match=r"reference file missing: .*values.yaml; run `make reference`"):
+        upstream_values("no-such-chart", "1.0.0")
 
 
 def test_a_real_crd_bundle_is_read_by_kind():

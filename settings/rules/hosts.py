@@ -1,0 +1,189 @@
+"""Rules about the hosts: unique names and addresses, pinned keys, the control plane, renames, hardware, topology."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from settings.rules.base import rule
+from settings.types import is_kernel_name, kernel_name_problem, kernel_name_warning, looks_like_ipv4
+
+if TYPE_CHECKING:
+    from settings.root import Settings
+
+
+def _unique_problems(s: Settings, add) -> None:
+    names = Counter(n.name for n in s.nodes) + Counter(h.name for h in s.nas.hosts)
+    addresses = Counter(n.address for n in s.nodes) + Counter(h.address for h in s.nas.hosts)
+    for i, node in enumerate(s.nodes):
+        if names[node.name] > 1:
+            add(f"nodes[{i}].name: {node.name!r} is used by more than one host; names must be unique")
+        if addresses[node.address] > 1:
+            add(f"nodes[{i}].address: {node.address!r} is used by more than one host; addresses must be unique")
+    for i, host in enumerate(s.nas.hosts):
+        if names[host.name] > 1:
+            add(f"nas.hosts[{i}].name: {host.name!r} is used by more than one host; names must be unique")
+        if addresses[host.address] > 1:
+            add(f"nas.hosts[{i}].address: {host.address!r} is used by more than one host; addresses must be unique")
+
+
+def _host_key_problems(s: Settings, add) -> None:
+    if s.ssh.allow_unpinned_host_keys:
+        return
+    for i, node in enumerate(s.nodes):
+        if node.host_key is None:
+            add(
+                f"nodes[{i}].hostKey: node {node.name!r} has no pinned host key; add the host's "
+                "'ssh-ed25519 AAAA...' key (ssh-keyscan -t ed25519 <address>), or set "
+                "ssh.allowUnpinnedHostKeys: true to accept any key (unsafe outside a lab)"
+            )
+    for i, host in enumerate(s.nas.hosts):
+        if host.host_key is None:
+            add(
+                f"nas.hosts[{i}].hostKey: NAS host {host.name!r} has no pinned host key; add it, or set "
+                "ssh.allowUnpinnedHostKeys: true"
+            )
+    if s.ssh.bastion is not None and s.ssh.bastion.host_key is None:
+        add("ssh.bastion.hostKey: the bastion has no pinned host key; add it, or set ssh.allowUnpinnedHostKeys: true")
+
+
+def _server_count_problems(s: Settings, add) -> None:
+    servers = s.servers
+    if len(servers) not in (1, 3, 5):
+        add(
+            f"nodes: {len(servers)} control-plane servers ({', '.join(n.name for n in servers) or 'none'}); "
+            "etcd needs an odd number: set controlPlane: true on exactly 1, 3 or 5 CPU nodes "
+            "(removing a server must leave an odd number)"
+        )
+    if s.cluster.init_server not in {n.name for n in servers}:
+        add(
+            f"cluster.initServer: {s.cluster.init_server!r} is not a control-plane node; name one of "
+            f"{', '.join(n.name for n in servers) or '(none)'}"
+        )
+
+
+def _control_plane_problems(s: Settings, add) -> None:
+    for i, node in enumerate(s.nodes):
+        if node.control_plane and node.role != "cpu":
+            add(f"nodes[{i}].controlPlane: {node.name!r} is a GPU node; control-plane servers must be CPU nodes")
+    if s.cluster.virtual_ip is not None:
+        if not looks_like_ipv4(s.cluster.api_endpoint):
+            add(
+                "cluster.apiEndpoint: with cluster.virtualIp the endpoint is the virtual IP itself; "
+                "give an IPv4 address"
+            )
+        elif s.cluster.api_endpoint in {n.address for n in s.nodes}:
+            add("cluster.apiEndpoint: the virtual IP must not be a node's own address; pick a free address")
+
+
+def _rename_problems(s: Settings, add) -> None:
+    names = {n.name for n in s.nodes}
+    for i, node in enumerate(s.nodes):
+        if node.renamed_from is None:
+            continue
+        if node.renamed_from in names:
+            add(
+                f"nodes[{i}].renamedFrom: {node.renamed_from!r} is still in nodes; a rename replaces the old "
+                "entry: remove it, or drop renamedFrom"
+            )
+        if node.control_plane:
+            add(
+                f"nodes[{i}].renamedFrom: {node.name!r} is a control-plane server; its etcd member cannot be "
+                "renamed in place: remove the server and add it under the new name in two changes "
+                "(docs/runbook.md, section 15)"
+            )
+
+
+def _node_hardware_problems(s: Settings, add) -> None:
+    ib_addresses = Counter(n.infiniband.address for n in s.nodes if n.infiniband)
+    for i, node in enumerate(s.nodes):
+        if node.role == "gpu":
+            if node.infiniband is None:
+                add(
+                    f"nodes[{i}].infiniband: GPU node {node.name!r} has no InfiniBand settings; "
+                    "add interface and address"
+                )
+            if node.gpu is None:
+                add(f"nodes[{i}].gpu: GPU node {node.name!r} has no gpu settings; add model and count")
+            if node.osd_devices:
+                add(f"nodes[{i}].osdDevices: {node.name!r} is a GPU node; Ceph OSDs run on CPU nodes only, remove them")
+        else:
+            if node.infiniband is not None:
+                add(
+                    f"nodes[{i}].infiniband: {node.name!r} is a CPU node; "
+                    "InfiniBand is configured on GPU nodes only, remove it"
+                )
+            if node.gpu is not None:
+                add(f"nodes[{i}].gpu: {node.name!r} is a CPU node; remove gpu or set role: gpu")
+            if node.nvme:
+                add(
+                    f"nodes[{i}].nvme: {node.name!r} is a CPU node; tier-1 NVMe volumes live on GPU nodes only, "
+                    "remove them (use osdDevices for Ceph disks)"
+                )
+        if node.infiniband and ib_addresses[node.infiniband.address] > 1:
+            add(
+                f"nodes[{i}].infiniband.address: {node.infiniband.address!r} is used by more than one node; "
+                "must be unique"
+            )
+        for field, devices in (
+            ("nvme", [d.device for d in node.nvme]),
+            ("osdDevices", [d.device for d in node.osd_devices]),
+        ):
+            seen = Counter(devices)
+            for j, device in enumerate(devices):
+                if seen[device] > 1:
+                    add(f"nodes[{i}].{field}[{j}].device: {device!r} is listed twice on {node.name!r}; list it once")
+        for j, dev in enumerate(node.nvme):
+            if dev.format and is_kernel_name(dev.device):
+                add(kernel_name_problem(f"nodes[{i}].nvme[{j}].device", dev.device, "format: true"))
+        for j, osd in enumerate(node.osd_devices):
+            if osd.wipe and is_kernel_name(osd.device):
+                add(kernel_name_problem(f"nodes[{i}].osdDevices[{j}].device", osd.device, "wipe: true"))
+        for j, dev in enumerate(node.nvme):
+            if dev.force and not dev.format:
+                add(f"nodes[{i}].nvme[{j}].force: force only applies with format: true; set format: true or drop force")
+        # Each tier-1 device is mounted at gpu.tier1.mountRoot/<device basename>: basenames must differ.
+        basenames = Counter(path.rsplit("/", 1)[1] for path in {d.device for d in node.nvme})
+        for j, dev in enumerate(node.nvme):
+            base = dev.device.rsplit("/", 1)[1]
+            if basenames[base] > 1:
+                add(
+                    f"nodes[{i}].nvme[{j}].device: {dev.device!r} has the same name {base!r} as another device on "
+                    f"{node.name!r}; both would mount at gpu.tier1.mountRoot/{base}; use paths whose last parts differ"
+                )
+
+
+def _topology_problems(s: Settings, add) -> None:
+    with_topology = [n for n in s.gpu_nodes if n.topology is not None]
+    for i, node in enumerate(s.nodes):
+        if node.topology is not None and node.role != "gpu":
+            add(f"nodes[{i}].topology: {node.name!r} is a CPU node; the IB topology is for GPU nodes only, remove it")
+        elif with_topology and node.role == "gpu" and node.topology is None:
+            add(
+                f"nodes[{i}].topology: GPU node {node.name!r} has none but other GPU nodes do; topology-aware "
+                "scheduling needs it on every GPU node: add block and rack"
+            )
+
+
+def host_warnings(s: Settings) -> list[str]:
+    """Devices named by kernel name that the program will not format or wipe: worth a look, not a refusal."""
+    warnings: list[str] = []
+    for i, node in enumerate(s.nodes):
+        for j, dev in enumerate(node.nvme):
+            if not dev.format and is_kernel_name(dev.device):
+                warnings.append(kernel_name_warning(f"nodes[{i}].nvme[{j}].device", dev.device))
+        for j, osd in enumerate(node.osd_devices):
+            if not osd.wipe and is_kernel_name(osd.device):
+                warnings.append(kernel_name_warning(f"nodes[{i}].osdDevices[{j}].device", osd.device))
+    return warnings
+
+
+RULES = (
+    rule(_unique_problems, "unique names and addresses", "nodes nas"),
+    rule(_server_count_problems, "the control-plane count and cluster.initServer", "nodes cluster", "nodes"),
+    rule(_control_plane_problems, "control-plane roles and the virtual IP", "nodes cluster"),
+    rule(_rename_problems, "node renames", "nodes"),
+    rule(_node_hardware_problems, "each node's hardware for its role", "nodes"),
+    rule(_topology_problems, "the GPU nodes' InfiniBand topology", "nodes"),
+    rule(_host_key_problems, "pinned host keys", "ssh nodes nas"),
+)

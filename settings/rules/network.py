@@ -1,0 +1,79 @@
+"""Rules about the networks: pod, service and IPoIB ranges against the hosts and the node count."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from settings.rules.base import rule
+
+if TYPE_CHECKING:
+    from settings.root import Settings
+
+
+def _network_problems(s: Settings, add) -> None:
+    cluster = ipaddress.IPv4Network(s.network.cluster_cidr)
+    service = ipaddress.IPv4Network(s.network.service_cidr)
+    if cluster.overlaps(service):
+        add(f"network.serviceCidr: {service} overlaps network.clusterCidr {cluster}; choose disjoint ranges")
+    for field, net in (("clusterCidr", cluster), ("serviceCidr", service)):
+        inside = [n for n in s.nodes if ipaddress.IPv4Address(n.address) in net]
+        if inside:
+            add(
+                f"network.{field}: {net} contains node {inside[0].name!r}'s address {inside[0].address} "
+                f"({len(inside)} node(s) in all); choose a range the hosts do not use"
+            )
+    ib = s.network.infiniband
+    if ib.mode == "datagram" and ib.mtu > 4092:
+        add(
+            f"network.infiniband.mtu: {ib.mtu} is above 4092, the largest IPoIB MTU in datagram mode; "
+            "lower it (2044 for a 2K IB MTU, 4092 for 4K) or set network.infiniband.mode: connected"
+        )
+    if ib.ipoib_network.enabled:
+        net = ipaddress.IPv4Network(ib.ipoib_network.range)
+        for node in s.nodes:
+            if node.infiniband and ipaddress.IPv4Address(node.infiniband.address) in net:
+                add(
+                    f"network.infiniband.ipoibNetwork.range: {net} contains the host IB address of {node.name!r} "
+                    f"({node.infiniband.address}); pods would get addresses the hosts use"
+                )
+
+
+def _network_capacity_problems(s: Settings, add) -> None:
+    # RKE2 (kube-controller-manager) and Cilium's cluster-pool IPAM give every node a /24 of clusterCidr.
+    cluster = ipaddress.IPv4Network(s.network.cluster_cidr)
+    if cluster.prefixlen > 24:
+        add(f"network.clusterCidr: {cluster} is smaller than one node's /24 pod range; use e.g. a /16")
+    elif len(s.nodes) > 2 ** (24 - cluster.prefixlen):
+        add(
+            f"network.clusterCidr: {cluster} holds {2 ** (24 - cluster.prefixlen)} per-node /24 pod ranges but "
+            f"there are {len(s.nodes)} nodes; choose a larger range (e.g. a /{24 - (len(s.nodes) - 1).bit_length()})"
+        )
+    ipoib = s.network.infiniband.ipoib_network
+    if not ipoib.enabled:
+        return
+    net = ipaddress.IPv4Network(ipoib.range)
+    gpu_nodes = s.gpu_nodes
+    if len(gpu_nodes) * ipoib.per_node_block_size > net.num_addresses - 2:
+        add(
+            f"network.infiniband.ipoibNetwork.perNodeBlockSize: {len(gpu_nodes)} GPU nodes x "
+            f"{ipoib.per_node_block_size} addresses do not fit in {net} ({net.num_addresses - 2} usable); "
+            "lower the block size or widen the range"
+        )
+    interfaces = Counter(n.infiniband.interface for n in gpu_nodes if n.infiniband)
+    if len(interfaces) > 1:
+        common = interfaces.most_common(1)[0][0]
+        for i, node in enumerate(s.nodes):
+            if node.infiniband and node.role == "gpu" and node.infiniband.interface != common:
+                add(
+                    f"nodes[{i}].infiniband.interface: {node.infiniband.interface!r} differs from {common!r} "
+                    "on the other GPU nodes; the IPoIB network (network.infiniband.ipoibNetwork) attaches "
+                    "pods through one interface name on every GPU node: rename it (udev) or disable the network"
+                )
+
+
+RULES = (
+    rule(_network_problems, "the pod, service and IPoIB ranges against the hosts", "network nodes"),
+    rule(_network_capacity_problems, "the pod and IPoIB ranges against the node count", "network nodes", "nodes"),
+)

@@ -1,0 +1,133 @@
+"""Rules about teams and scheduling: namespaces, Pod Security, priority classes, GPU quotas."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from settings.rules.base import rule
+from settings.scheduling import CPU_FLAVOR, gpu_flavor_name
+
+if TYPE_CHECKING:
+    from settings.root import Settings
+
+
+# Namespaces Kubernetes owns and those the components use without a setting (the Network Operator's,
+# Calico's); the rest come from the settings (`platform_namespaces`).
+SYSTEM_NAMESPACES = {
+    "default",
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    "nvidia-network-operator",
+    "tigera-operator",
+    "calico-system",
+    "calico-apiserver",
+}
+
+
+def platform_namespaces(s: Settings) -> set[str]:
+    """Every namespace the platform itself uses: each settings field named `namespace` or `...Namespace`."""
+    found = set(SYSTEM_NAMESPACES)
+
+    def walk(model) -> None:
+        for name in type(model).model_fields:
+            value = getattr(model, name)
+            if name == "namespace" or name.endswith("_namespace"):
+                if isinstance(value, str):
+                    found.add(value)
+            elif hasattr(type(value), "model_fields"):
+                walk(value)
+
+    walk(s)
+    return found
+
+
+def flavor_capacity(s: Settings) -> dict[str, int]:
+    """Schedulable `nvidia.com/gpu` per flavor: physical GPUs, times the time-slicing replicas."""
+    replicas = s.gpu.time_slicing.replicas if s.gpu.time_slicing.enabled else 1
+    capacity: Counter[str] = Counter({CPU_FLAVOR: 0} if s.cpu_nodes else {})
+    for node in s.gpu_nodes:
+        if node.gpu is not None:
+            capacity[gpu_flavor_name(node.gpu.model)] += node.gpu.count * replicas
+    return dict(capacity)
+
+
+def _team_problems(s: Settings, add) -> None:
+    sched = s.scheduling
+    classes = Counter(c.name for c in sched.priority_classes)
+    for i, pc in enumerate(sched.priority_classes):
+        if classes[pc.name] > 1:
+            add(f"scheduling.priorityClasses[{i}].name: {pc.name!r} is defined more than once; define it once")
+    team_names = Counter(t.name for t in sched.teams)
+    namespaces = Counter(ns for t in sched.teams for ns in t.namespace_names)
+    reserved = platform_namespaces(s)
+    for i, team in enumerate(sched.teams):
+        at = f"scheduling.teams[{i}]"
+        if team_names[team.name] > 1:
+            add(f"{at}.name: team {team.name!r} is defined more than once; merge the blocks or rename one")
+        for j, ns in enumerate(team.namespace_names):
+            field = f"{at}.namespaces[{j}]" if team.namespaces else f"{at}.name"
+            if namespaces[ns] > 1:
+                add(f"{field}: namespace {ns!r} belongs to more than one team; give each team its own namespaces")
+            if ns in reserved:
+                add(f"{field}: namespace {ns!r} is a platform namespace; give the team another namespace")
+        if team.rdma and team.pod_security != "privileged":
+            add(
+                f"{at}.podSecurity: team {team.name!r} runs RDMA pods, which need the IPC_LOCK capability (pinned "
+                f"memory for InfiniBand verbs); Pod Security {team.pod_security!r} refuses it: set "
+                "podSecurity: privileged, or rdma: false"
+            )
+        for flavor, quota in team.quotas.items():
+            for limit in ("borrowing_limit", "lending_limit"):
+                if getattr(quota, limit) is not None and sched.cohort is None:
+                    camel = "borrowingLimit" if limit == "borrowing_limit" else "lendingLimit"
+                    add(
+                        f"{at}.quotas.{flavor}.{camel}: only applies inside a cohort and scheduling.cohort is null; "
+                        f"set scheduling.cohort or remove {camel}"
+                    )
+
+
+def _priority_class_problems(s: Settings, add) -> None:
+    classes = {c.name for c in s.scheduling.priority_classes}
+    for i, team in enumerate(s.scheduling.teams):
+        for name in team.priority_classes:
+            if name not in classes:
+                add(
+                    f"scheduling.teams[{i}].priorityClasses: {name!r} is not defined; add it to "
+                    f"scheduling.priorityClasses (defined: {', '.join(sorted(classes)) or 'none'})"
+                )
+
+
+def _quota_problems(s: Settings, add) -> None:
+    sched = s.scheduling
+    capacity = flavor_capacity(s)
+    requested: Counter[str] = Counter()
+    for i, team in enumerate(sched.teams):
+        for flavor, quota in team.quotas.items():
+            at = f"scheduling.teams[{i}].quotas.{flavor}"
+            if flavor not in capacity:
+                add(
+                    f"{at}: no node provides flavor {flavor!r}; use one of {', '.join(sorted(capacity))} "
+                    "(GPU flavors are named after nodes[].gpu.model)"
+                )
+            elif flavor == CPU_FLAVOR and quota.gpus:
+                add(f"{at}.gpus: the cpu flavor has no GPUs; set 0 and give GPU quota on a GPU flavor")
+            requested[flavor] += quota.gpus
+    if sched.allow_overcommit:
+        return
+    for flavor, total in sorted(requested.items()):
+        if flavor in capacity and total > capacity[flavor]:
+            teams = ", ".join(f"{t.name} {t.quotas[flavor].gpus}" for t in sched.teams if flavor in t.quotas)
+            add(
+                f"scheduling.teams: nominal GPU quotas on flavor {flavor!r} add up to {total} ({teams}) but "
+                f"its nodes offer {capacity[flavor]} schedulable GPUs (time-slicing counted); lower the "
+                "quotas or set scheduling.allowOvercommit: true"
+            )
+
+
+RULES = (
+    rule(_team_problems, "each team's names, namespaces and Pod Security", "*"),
+    rule(_priority_class_problems, "the teams' priority classes", "scheduling", "scheduling"),
+    rule(_quota_problems, "the teams' GPU quotas against the GPU nodes", "scheduling nodes gpu", "nodes scheduling"),
+)

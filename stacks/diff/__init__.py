@@ -1,0 +1,100 @@
+"""What a change does, as the engine would apply it: the offline diff of two plans (`stacks.plan --diff`).
+
+Each resource is marked create / update / replace / delete-before-replace / delete from the changed
+input paths, the provider's own replace rules (REPLACE_ON, sources named) and the resource options
+recorded in the plan (`replaceOnChanges`, `deleteBeforeReplace`, `protect`, `retainOnDelete`,
+`ignoreChanges`). Values are shown, not just names: old -> new for scalars, a line diff for
+multi-line strings and commands, nested paths for maps and lists (list items matched by `name`).
+Secrets stay `[secret]`; a changed secret is reported without its value (by its digest in the plan).
+
+Danger comes first: host steps whose delete drains, uninstalls or wipes, replacements of stateful
+releases and storage classes, removed Ceph storage hosts (with their devices), NAS drives that leave
+MinIO's server pool, and RKE2 or CNI restarts across many nodes. A protected resource that would be
+replaced or deleted is an error, worded as Pulumi words it, with the runbook step that does the change
+safely.
+
+One module per concern: `core` (the model, values, replace rules), `protect` (refusals of protected
+resources), the danger of each area (`hosts`, `minio`, `releases`, `upgrades`), `render` (text, Markdown).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stacks.diff import hosts, minio, releases, upgrades
+from stacks.diff.core import (
+    ABSENT,
+    REPLACE_ON,
+    SECRET,
+    Change,
+    Entry,
+    Result,
+    bare_paths,
+    classify,
+    command_env,
+    command_script,
+    component_of,
+    render_change,
+    replace_paths,
+    show,
+    value_changes,
+)
+from stacks.diff.minio import env_file_value, pool_size
+from stacks.diff.protect import refusal
+from stacks.diff.render import by_component, by_host, entry_lines, headline, output_lines, render_markdown, render_text
+
+# Each area's danger: (entries, resources before, resources after) -> plain-words lines.
+DANGER = (hosts.danger, minio.danger, releases.danger, upgrades.danger)
+
+__all__ = [
+    "ABSENT",
+    "REPLACE_ON",
+    "SECRET",
+    "Change",
+    "Entry",
+    "Result",
+    "bare_paths",
+    "by_component",
+    "by_host",
+    "classify",
+    "command_env",
+    "command_script",
+    "compare",
+    "danger",
+    "entry_lines",
+    "env_file_value",
+    "headline",
+    "output_lines",
+    "pool_size",
+    "refusal",
+    "render_change",
+    "render_markdown",
+    "render_text",
+    "replace_paths",
+    "show",
+    "value_changes",
+]
+
+
+def danger(entries: list[Entry], before: dict[str, dict], after: dict[str, dict]) -> list[str]:
+    return [line for area in DANGER for line in area(entries, before, after)]
+
+
+def compare(old: dict[str, Any], new: dict[str, Any]) -> Result:
+    before = {r["urn"]: r for r in old["resources"]}
+    after = {r["urn"]: r for r in new["resources"]}
+    entries = []
+    for urn in sorted(before.keys() | after.keys()):
+        owner = component_of(urn, after if urn in after else before)
+        entry = classify(before.get(urn), after.get(urn), owner)
+        if entry is not None:
+            entries.append(entry)
+    outputs = [
+        Change(name, old["outputs"].get(name, ABSENT), new["outputs"].get(name, ABSENT))
+        for name in sorted(old["outputs"].keys() | new["outputs"].keys())
+        if old["outputs"].get(name, ABSENT) != new["outputs"].get(name, ABSENT)
+    ]
+    result = Result(new.get("project", ""), new.get("stack", ""), entries, outputs, [], [])
+    result.danger = danger(entries, before, after)
+    result.errors = [e for entry in entries for e in refusal(entry, before.get(entry.urn))]
+    return result
