@@ -20,9 +20,10 @@ from settings.load import load
 from settings.monitoring import MonitoringSettings
 from settings.network import InfinibandSettings, IpoibNetwork, NetworkSettings
 from settings.nodes import GpuSpec, InfinibandSpec, NasDrive, NasHost, NasSettings, NodeSettings, NvmeDevice, OsdDevice
-from settings.root import NAMESPACE, SECRET_KEYS, Settings, SettingsError
+from settings.root import NAMESPACE, Settings, SettingsError
 from settings.rules import settings_warnings
 from settings.scheduling import SchedulingSettings
+from settings.secrets import SECRET_KEYS, StackSecrets, plain_secret_problems
 from settings.storage import (
     BackupSource,
     CephfsBackup,
@@ -69,10 +70,12 @@ __all__ = [
     "Settings",
     "SettingsError",
     "SshSettings",
+    "StackSecrets",
     "StorageSettings",
     "Tier1Settings",
     "TimeSlicing",
     "VirtualIp",
     "load",
+    "plain_secret_problems",
     "settings_warnings",
 ]

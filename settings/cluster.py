@@ -6,7 +6,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from settings.types import Host, HostKey, Model, Name, Port, Rke2Version, Url
+from settings.types import Cron, Host, HostKey, Image, Model, Name, Port, Rke2Version, Url
 
 
 class Rke2Install(Model):
@@ -37,14 +37,14 @@ class VirtualIp(Model):
         description="The servers' interface on which kube-vip holds `cluster.apiEndpoint` (which must then be "
         "a free IPv4 address) by ARP."
     )
-    kube_vip_image: str = Field(
+    kube_vip_image: Image = Field(
         default="ghcr.io/kube-vip/kube-vip:v1.0.4",
         description="The pinned kube-vip image of the servers' static pod; point it at a mirror for air-gapped sites.",
     )
 
 
 class EtcdSnapshots(Model):
-    schedule_cron: str = Field(default="0 */6 * * *", description="RKE2 `etcd-snapshot-schedule-cron`.")
+    schedule_cron: Cron = Field(default="0 */6 * * *", description="RKE2 `etcd-snapshot-schedule-cron`.")
     retention: int = Field(default=28, ge=1, le=1000, description="RKE2 `etcd-snapshot-retention`: snapshots kept.")
     s3: bool = Field(
         default=True,
@@ -73,12 +73,12 @@ class ClusterUpgrade(Model):
         "out, e.g. on a PodDisruptionBudget that allows no eviction, fails that node's upgrade Job, which the "
         "controller retries.",
     )
-    controller_image: str = Field(
+    controller_image: Image = Field(
         default="docker.io/rancher/system-upgrade-controller:v0.20.1",
         description="The system-upgrade-controller image; its manifest is vendored at the same release "
         "(components/manifests/system-upgrade-controller/). Point it at a mirror for air-gapped sites.",
     )
-    kubectl_image: str = Field(
+    kubectl_image: Image = Field(
         default="docker.io/rancher/kubectl:v1.30.3",
         description="The image the upgrade Jobs cordon and drain with (the controller's "
         "`SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE`, upstream's pin); point it at a mirror for air-gapped sites.",

@@ -14,8 +14,9 @@ from typing import Any, Optional
 from pydantic import BaseModel, ValidationError
 
 from settings.partial import path_text, set_aside
-from settings.root import NAMESPACE, SECRET_KEYS, SECRET_LOOKALIKES, Settings, SettingsError
+from settings.root import NAMESPACE, SECRET_LOOKALIKES, Settings, SettingsError
 from settings.rules import cross_field_problems, waiting_rules
+from settings.secrets import SECRET_KEYS
 
 
 def load(raw: dict[str, Any]) -> Settings:

@@ -1,7 +1,7 @@
 """`ml-platform:monitoring`: Zabbix on the cluster and the NAS, its alert thresholds and channels.
 
 Secrets (bot tokens, the agent PSK, the Admin password) are never part of this model: they are
-`SECRET_KEYS` in `settings.root`, read as Pulumi secrets.
+`SECRET_KEYS` in `settings.secrets`, read as Pulumi secrets.
 """
 
 from __future__ import annotations

@@ -27,18 +27,6 @@ from settings.types import Model
 
 NAMESPACE = "ml-platform"
 
-# Config keys that hold secrets. They are read with `require_secret`/`get_secret` and never enter
-# the settings model, so their values cannot leak through validation messages.
-SECRET_KEYS = {
-    "sshPrivateKey": "the SSH private key (PEM/OpenSSH) that logs in to every node and NAS host",
-    "rke2Token": "the RKE2 server token (only servers hold it; agents join with a generated agent token); when "
-    "unset, one is generated and kept (secret) in the stack state",
-    "zabbixAdminPassword": "the Zabbix Admin password set on the first up; when unset, one is generated (secret)",
-    "zabbixAgentPsk": "the agent<->server TLS PSK (64+ hex digits); when unset, one is generated (secret)",
-    "zabbixSlackBotToken": "the Slack bot token (xoxb-...) of the Zabbix Slack media type; needed with a slack channel",
-    "zabbixMattermostBotToken": "the Mattermost bot access token; needed with a mattermost channel",
-}
-
 # Plain-config keys that people put secrets under, and the secret key that takes the value instead.
 SECRET_LOOKALIKES = {
     "botToken": "zabbixSlackBotToken or zabbixMattermostBotToken",

@@ -6,7 +6,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from settings.types import Host, Model, Name, Port, Sha256, Url
+from settings.types import Cron, Host, Image, Model, Name, Port, Sha256, Url
 
 
 class CephNetwork(Model):
@@ -47,7 +47,7 @@ class CephSettings(Model):
     filesystem_name: Name = Field(
         default="tier2fs", description="The CephFS filesystem (renaming it creates a new, empty filesystem)."
     )
-    ceph_image: str = Field(
+    ceph_image: Image = Field(
         default="quay.io/ceph/ceph:v20.2.4",
         description="The pinned Ceph image, `<repository>:<tag>`; Rook v1.20 supports Ceph v19 (Squid) and "
         "v20 (Tentacle). Point it at a mirror for air-gapped sites.",
@@ -74,8 +74,8 @@ class BackupSource(Model):
 
 
 class CephfsBackup(Model):
-    schedule: str = Field(default="30 1 * * *", description="Cron schedule of the rclone CronJob (UTC).")
-    image: str = Field(
+    schedule: Cron = Field(default="30 1 * * *", description="Cron schedule of the rclone CronJob (UTC).")
+    image: Image = Field(
         default="docker.io/rclone/rclone:1.75.0", description="The rclone image, a pinned tag or digest."
     )
     max_delete: int = Field(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated
+from typing import Annotated, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -128,11 +128,115 @@ def _host_key(value: str) -> str:
     return value.strip()
 
 
+# Query parameters and path forms that carry a credential: Slack incoming webhooks
+# (hooks.slack.com/services/T../B../<token>), Mattermost incoming webhooks (/hooks/<26-char id>), signed URLs.
+_CREDENTIAL_QUERY = re.compile(r"[?&](token|access_token|key|apikey|api_key|secret|password|sig|signature)=", re.I)
+_WEBHOOK_PATH = re.compile(r"^https?://(hooks\.slack\.com/services/|[^/]+/hooks/[a-z0-9]{26}\b)", re.I)
+
+
 def url(value: str) -> str:
-    """An `https://`, `http://` or `oci://` URL."""
-    if not re.match(r"^(https?|oci)://[^\s/]+", value):
+    """An `https://` URL (or `oci://` for OCI chart registries), carrying no credential."""
+    match = re.match(r"^(https|oci|http)://([^\s/]+)", value)
+    if not match:
         raise ValueError(f"{value!r} is not a URL; give 'https://host/path' (or 'oci://registry/path' for OCI charts)")
+    if "@" in match[2] or _CREDENTIAL_QUERY.search(value) or _WEBHOOK_PATH.match(value):
+        raise ValueError(
+            "the URL carries a credential (user:password@, a token parameter or a webhook secret path), which would "
+            "sit in plain text in the stack file and the state; give the URL without it and set the credential "
+            "as a secret with `pulumi config set --secret` (see docs/settings.md, Secrets)"
+        )
+    if match[1] == "http":
+        raise ValueError(
+            f"{value!r} is plain http: what it serves (binaries, charts, keys, packages, alerts) could be read or "
+            "changed on the way; give the https:// URL of the same server (an internal mirror with TLS)"
+        )
     return value.rstrip("/")
+
+
+# Bounds as robfig/cron v3 (ParseStandard) reads them: Kubernetes CronJob and RKE2 both use it; day of week
+# 0-6 (Sunday 0), names case-insensitive.
+_MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
+_WEEKDAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+_CRON_FIELDS = (
+    ("minute", 0, 59, {}),
+    ("hour", 0, 23, {}),
+    ("day of month", 1, 31, {}),
+    ("month", 1, 12, {m: i for i, m in enumerate(_MONTHS, 1)}),
+    ("day of week", 0, 6, {d: i for i, d in enumerate(_WEEKDAYS)}),
+)
+# The longest month of each month number, to refuse a day that never comes (`0 0 31 2 *`).
+_MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+def _cron_values(text: str, name: str, low: int, high: int, names: dict[str, int]) -> set[int]:
+    """The values one cron field selects; ValueError naming the field and the fix."""
+    selected: set[int] = set()
+    for part in text.split(","):
+        span, _, step_text = part.partition("/")
+        if step_text and not step_text.isdigit() or step_text == "0" or (not step_text and "/" in part):
+            raise ValueError(f"{name} {part!r}: the step after '/' must be a whole number of at least 1")
+        step = int(step_text) if step_text else 1
+        if span == "*":
+            first, last = low, high
+        else:
+            bounds = span.split("-")
+            if len(bounds) > 2 or not all(bounds):
+                raise ValueError(f"{name} {part!r} is not a number, a range 'a-b' or '*'")
+            values = []
+            for bound in bounds:
+                number = names.get(bound.upper()) if not bound.isdigit() else int(bound)
+                if number is None:
+                    known = f" or a name ({', '.join(names)})" if names else ""
+                    raise ValueError(f"{name} {bound!r} is not a number{known}")
+                if not low <= number <= high:
+                    raise ValueError(f"{name} {number} is out of range; use {low}-{high}")
+                values.append(number)
+            first, last = values[0], values[-1]
+            if first > last:
+                raise ValueError(f"{name} range {span!r} runs backwards; write it low-high")
+            if step_text and len(bounds) == 1:
+                last = high  # `5/15` means from 5 to the end, every 15
+        selected.update(range(first, last + 1, step))
+    return selected
+
+
+def cron(value: str) -> str:
+    """A five-field cron schedule (minute hour day-of-month month day-of-week; ranges, steps, lists, names)."""
+    fields = value.split()
+    if value.startswith("@") or len(fields) != 5:
+        raise ValueError(
+            f"{value!r} is not a five-field cron schedule (minute hour day-of-month month day-of-week), "
+            "e.g. '30 1 * * *' for 01:30 every day; descriptors such as @daily and a seconds field are not "
+            "read the same way by every scheduler that runs it (Kubernetes CronJob, RKE2)"
+        )
+    selected = []
+    for text, (name, low, high, names) in zip(fields, _CRON_FIELDS, strict=True):
+        try:
+            selected.append(_cron_values(text, name, low, high, names))
+        except ValueError as exc:
+            raise ValueError(f"{value!r}: {exc}") from None
+    days, months = selected[2], selected[3]
+    if fields[4] == "*" and fields[2] != "*" and all(min(days) > _MONTH_DAYS[m - 1] for m in months):
+        raise ValueError(f"{value!r} never runs: no month it names has day {min(days)}; fix the day or the month")
+    return value
+
+
+def _image(value: str) -> str:
+    """A container image pinned by tag or digest: `registry/repository:tag` or `...@sha256:<64 hex>`."""
+    repository, at, digest = value.partition("@")
+    if at:
+        if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+            raise ValueError(f"{value!r}: the digest after '@' must be 'sha256:' and 64 lower-case hex digits")
+        _not_placeholder(digest.removeprefix("sha256:"), f"{value!r}: the digest")
+    name, colon, tag = repository.rpartition(":") if ":" in repository.rsplit("/", 1)[-1] else (repository, "", "")
+    if not re.fullmatch(r"[a-z0-9]+([._/-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*", name or repository):
+        raise ValueError(f"{value!r} is not an image reference, e.g. 'quay.io/ceph/ceph:v20.2.4'")
+    if not at and (not colon or tag.lower() in _UNPINNED):
+        raise ValueError(
+            f"{value!r} is not pinned: give a version tag or a digest (e.g. 'docker.io/rclone/rclone:1.75.0'), "
+            "never 'latest', so the same settings run the same software"
+        )
+    return value
 
 
 def _rke2_version(value: str) -> str:
@@ -163,11 +267,33 @@ def _label_value(value: str) -> str:
     return value
 
 
+def _not_placeholder(digest: str, what: str) -> None:
+    """A digest nobody computed: one digit repeated, a short pattern repeated, or very few distinct digits
+    (a real sha256 shows 9 or more of the 16 hex digits except with probability below 1e-15)."""
+    periodic = any(len(digest) % n == 0 and digest == digest[:n] * (len(digest) // n) for n in range(1, 17))
+    if periodic or len(set(digest)) < 9:
+        raise ValueError(
+            f"{what} looks like a placeholder, not a computed digest; give the real one "
+            "(`sha256sum FILE`, or the digest the publisher lists)"
+        )
+
+
 def _sha256(value: str) -> str:
-    """A sha256 digest: 64 lower-case hex digits."""
+    """A sha256 digest: 64 lower-case hex digits, computed (not a placeholder such as all zeros)."""
     if not re.fullmatch(r"[0-9a-f]{64}", value):
         raise ValueError(f"{value!r} is not a sha256; give the 64 lower-case hex digits `sha256sum FILE` prints")
+    _not_placeholder(value, repr(value))
     return value
+
+
+class SecretMark:
+    """Marks a field as a credential: it is read only from a secret config key, never from plain config."""
+
+    def __repr__(self) -> str:
+        return "Secret"
+
+
+SECRET = SecretMark()
 
 
 Version = Annotated[str, AfterValidator(_pinned)]
@@ -179,6 +305,10 @@ Name = Annotated[str, AfterValidator(_dns_label)]
 Host = Annotated[str, AfterValidator(_host)]
 HostKey = Annotated[str, AfterValidator(_host_key)]
 Url = Annotated[str, AfterValidator(url)]
+Cron = Annotated[str, AfterValidator(cron)]
+Image = Annotated[str, AfterValidator(_image)]
+# A credential: declared in `settings.secrets`, set with `pulumi config set --secret`, never in the model's values.
+Secret = Annotated[Optional[str], SECRET]
 Port = Annotated[int, Field(ge=1, le=65535)]
 LabelKey = Annotated[str, AfterValidator(_label_key)]
 LabelValue = Annotated[str, AfterValidator(_label_value)]

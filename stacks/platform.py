@@ -24,7 +24,7 @@ from components.remote import host_accesses
 from components.scheduling_stack import SchedulingStack, SchedulingStackArgs
 from components.upgrades import ClusterUpgrades, ClusterUpgradesArgs
 from components.zabbix_monitoring import ZabbixMonitoring, ZabbixMonitoringArgs, ZabbixSecrets
-from settings import NAMESPACE, SECRET_KEYS, Settings, SettingsError, load, settings_warnings
+from settings import NAMESPACE, SECRET_KEYS, Settings, SettingsError, load, plain_secret_problems, settings_warnings
 from settings.rules import minio_layout
 from stacks import outputs
 
@@ -59,20 +59,14 @@ def run() -> dict[str, Any]:
 
 
 def secret_problems(settings: Settings) -> list[str]:
-    """Zabbix secret keys set as plain config (they would sit unencrypted in the stack file and state), and
+    """Credential keys set as plain config (they would sit unencrypted in the stack file and state), and
     the bot tokens that the configured alert channels need but the config lacks."""
-    problems = []
-    for key in sorted(k for k in SECRET_KEYS if k.startswith("zabbix")):
-        full = f"{NAMESPACE}:{key}"
-        if pulumi.runtime.config.get_config(full) is not None and not pulumi.runtime.config.is_config_secret(full):
-            problems.append(
-                f"{full}: set as plain config; it is a secret: `pulumi config rm {full}`, then "
-                f"`pulumi config set --secret {full}` with the value on stdin"
-            )
+    runtime = pulumi.runtime.config
+    problems = plain_secret_problems(NAMESPACE, lambda k: runtime.get_config(k) is not None, runtime.is_config_secret)
     needed = {"slack": "zabbixSlackBotToken", "mattermost": "zabbixMattermostBotToken"}
     for kind in sorted({c.type for c in settings.monitoring.alerting.channels}):
         full = f"{NAMESPACE}:{needed[kind]}"
-        if pulumi.runtime.config.get_config(full) is None:
+        if runtime.get_config(full) is None:
             problems.append(
                 f"{full}: required by the {kind} alert channel(s); set it with `pulumi config set --secret`"
             )

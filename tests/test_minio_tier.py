@@ -258,18 +258,18 @@ def test_backup_cronjob_runs_the_tested_command_on_cpu_nodes(prod_plan):
     data = next(v for v in pod["volumes"] if v["name"] == "data")
     assert data["persistentVolumeClaim"] == {"claimName": "shared-datasets", "readOnly": True}
     assert {"name": "data", "mountPath": "/data", "readOnly": True} in container["volumeMounts"]
-    assert job["metadata"]["namespace"] == "ml-data"
-    assert prod_plan.named("cephfs-backup-ml-data-rclone")["inputs"]["stringData"] == SECRET
+    assert job["metadata"]["namespace"] == "llm-train"
+    assert prod_plan.named("cephfs-backup-llm-train-rclone")["inputs"]["stringData"] == SECRET
 
 
 def test_rclone_secret_configures_the_remote_from_the_environment(known_plan):
-    secret = known_plan.named("cephfs-backup-ml-data-rclone")
+    secret = known_plan.named("cephfs-backup-llm-train-rclone")
     data = known_plan.revealed[secret["urn"]]["stringData"]
     assert data["RCLONE_CONFIG_NAS_TYPE"] == "s3" and data["RCLONE_CONFIG_NAS_PROVIDER"] == "Minio"
     assert data["RCLONE_CONFIG_NAS_ENDPOINT"] == "https://minio.dc.example.internal:9000"
     assert data["RCLONE_CONFIG_NAS_ACCESS_KEY_ID"] == "backup-writer"
     assert data["RCLONE_CONFIG_NAS_SECRET_ACCESS_KEY"] == "KNOWN-minio-backup-writer-secret-0123456789"
-    assert known_plan.named("cephfs-backup-ml-data-rclone")["inputs"]["stringData"] == SECRET
+    assert known_plan.named("cephfs-backup-llm-train-rclone")["inputs"]["stringData"] == SECRET
 
 
 def test_servers_name_only_the_etcd_s3_secret(prod_plan):

@@ -463,17 +463,36 @@ def test_bad_scheduling_settings_name_the_field_and_the_fix(case):
 
 
 def test_time_slicing_counts_toward_schedulable_gpus():
-    # lab: 2 L40S x 4 replicas = 8; a 9th GPU of quota is refused, allowOvercommit lets it through.
+    # lab: 2 L40S x 4 replicas = 8; quotas adding up to 9 are refused, allowOvercommit lets them through
+    # as long as no single team asks for more than the 8 that exist.
     def nine(raw):
-        raw["scheduling"]["teams"][0]["quotas"]["nvidia-l40s"]["gpus"] = 9
+        raw["scheduling"]["teams"][0]["quotas"]["nvidia-l40s"]["gpus"] = 5
+        second = {**raw["scheduling"]["teams"][0], "name": "second", "namespaces": ["second"], "groups": []}
+        raw["scheduling"]["teams"].append({**second, "quotas": {"nvidia-l40s": {**second["quotas"]["nvidia-l40s"]}}})
+        raw["scheduling"]["teams"][1]["quotas"]["nvidia-l40s"]["gpus"] = 4
 
-    assert any("add up to 9 (lab 9) but its nodes offer 8" in p for p in problems("lab", nine))
+    assert any("add up to 9 (lab 5, second 4) but its nodes offer 8" in p for p in problems("lab", nine))
 
     def overcommit(raw):
         nine(raw)
         raw["scheduling"]["allowOvercommit"] = True
 
     assert problems("lab", overcommit) == []
+
+
+@pytest.mark.parametrize("gpus", [9, 64])
+def test_one_team_above_the_whole_inventory_is_refused_even_with_overcommit(gpus):
+    def greedy(raw):
+        raw["scheduling"]["allowOvercommit"] = True
+        raw["scheduling"]["teams"][0]["quotas"]["nvidia-l40s"]["gpus"] = gpus
+
+    assert any(
+        p.startswith(
+            f"scheduling.teams[0].quotas.nvidia-l40s.gpus: {gpus} GPUs on 'nvidia-l40s', but the inventory "
+            "holds 8 schedulable there in all"
+        )
+        for p in problems("lab", greedy)
+    )
 
 
 def test_overquota_exits_2_and_registers_nothing(tmp_path: Path):

@@ -178,6 +178,39 @@ def host_warnings(s: Settings) -> list[str]:
     return warnings
 
 
+# Label prefixes that other owners write on a Node: Kubernetes itself (the NodeRestriction admission plugin
+# refuses kubelet-set labels under kubernetes.io/ and k8s.io/ outside a short allow list), Node Feature
+# Discovery and NVIDIA's GPU feature discovery. The program's own role and hardware labels are derived from
+# `role`, `gpu` and `osdDevices`: set by hand they would make a node look like what it is not (a CPU node
+# that GPU jobs are sent to). The topology labels (`topology`) are the one ml-platform.io key set here.
+RESERVED_LABEL_PREFIXES = ("kubernetes.io/", "k8s.io/", "feature.node.kubernetes.io/", "nvidia.com/")
+DERIVED_LABELS = frozenset(
+    {
+        "ml-platform.io/role",
+        "ml-platform.io/control-plane",
+        "ml-platform.io/gpu-model",
+        "ml-platform.io/gpu-count",
+        "ml-platform.io/ceph-storage",
+    }
+)
+
+
+def _label_problems(s: Settings, add) -> None:
+    for i, node in enumerate(s.nodes):
+        for key in node.labels:
+            domain = key.split("/", 1)[0] + "/" if "/" in key else ""
+            if key in DERIVED_LABELS:
+                add(
+                    f"nodes[{i}].labels.{key}: the program derives this label from the node's role and hardware; "
+                    "remove it (change role, gpu or osdDevices instead)"
+                )
+            elif domain and any(domain == p or domain.endswith("." + p) for p in RESERVED_LABEL_PREFIXES):
+                add(
+                    f"nodes[{i}].labels.{key}: {domain} labels belong to Kubernetes, Node Feature Discovery or the "
+                    "GPU Operator, which set and overwrite them; use your own prefix, e.g. 'example.com/...'"
+                )
+
+
 RULES = (
     rule(_unique_problems, "unique names and addresses", "nodes nas"),
     rule(_server_count_problems, "the control-plane count and cluster.initServer", "nodes cluster", "nodes"),
@@ -186,4 +219,5 @@ RULES = (
     rule(_node_hardware_problems, "each node's hardware for its role", "nodes"),
     rule(_topology_problems, "the GPU nodes' InfiniBand topology", "nodes"),
     rule(_host_key_problems, "pinned host keys", "ssh nodes nas"),
+    rule(_label_problems, "node labels under reserved prefixes", "nodes"),
 )

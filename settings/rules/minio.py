@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from pydantic.alias_generators import to_camel
+
 from settings.erasure import ErasureLayout, default_parity, default_set_size, host_range, set_size_problem
 from settings.rules.base import rule
 from settings.types import is_kernel_name
@@ -116,9 +118,39 @@ def _backup_source_problems(s: Settings, add) -> None:
             add(f"storage.minio.backup.sources[{i}].name: {source.name!r} is used twice; names must be unique")
 
 
+def _bucket_problems(s: Settings, add) -> None:
+    """One bucket, one purpose: each purpose has its own retention, locking and identities; sharing a bucket
+    would let the backup identities read or expire what another purpose keeps (etcd snapshots hold every
+    Secret of the cluster)."""
+    minio = s.storage.minio
+    buckets = {name: getattr(minio, name) for name in type(minio).model_fields if name.endswith("bucket")}
+    seen: dict[str, str] = {}
+    for field, bucket in buckets.items():
+        camel = to_camel(field)
+        if bucket in seen:
+            add(
+                f"storage.minio.{camel}: bucket {bucket!r} is also storage.minio.{seen[bucket]}; a bucket serves "
+                "one purpose (its own retention, locking and access): give each its own name"
+            )
+        seen.setdefault(bucket, camel)
+
+
+def _backup_namespace_problems(s: Settings, add) -> None:
+    team_namespaces = {ns for team in s.scheduling.teams for ns in team.namespace_names}
+    for i, source in enumerate(s.storage.minio.backup.sources):
+        if source.namespace not in team_namespaces:
+            add(
+                f"storage.minio.backup.sources[{i}].namespace: {source.namespace!r} is not a namespace the program "
+                "creates, so its PersistentVolumeClaim cannot exist and every backup run would fail; name a team's "
+                f"namespace ({', '.join(sorted(team_namespaces)) or 'no team has one: add a team'})"
+            )
+
+
 RULES = (
     rule(_nas_problems, "the MinIO binary and each NAS drive", "nas storage"),
     rule(_erasure_problems, "the NAS drive sets and the MinIO erasure layout", "nas storage", "nas"),
     rule(_backup_tier_problems, "the backup sources against tiers 2 and 3", "storage nodes nas", "nodes nas"),
     rule(_backup_source_problems, "each backup source", "storage nodes"),
+    rule(_bucket_problems, "one bucket per purpose", "storage"),
+    rule(_backup_namespace_problems, "the backup sources' namespaces", "storage scheduling", "scheduling"),
 )

@@ -73,7 +73,19 @@ def _network_capacity_problems(s: Settings, add) -> None:
                 )
 
 
+def _ipoib_namespace_problems(s: Settings, add) -> None:
+    ipoib = s.network.infiniband.ipoib_network
+    created = {"default"} | {ns for team in s.scheduling.teams for ns in team.namespace_names}
+    if ipoib.enabled and ipoib.namespace not in created:
+        add(
+            f"network.infiniband.ipoibNetwork.namespace: {ipoib.namespace!r} is not a namespace the program "
+            "creates, so the NetworkAttachmentDefinition cannot be created there; use 'default' or a team's "
+            f"namespace ({', '.join(sorted(created))})"
+        )
+
+
 RULES = (
     rule(_network_problems, "the pod, service and IPoIB ranges against the hosts", "network nodes"),
     rule(_network_capacity_problems, "the pod and IPoIB ranges against the node count", "network nodes", "nodes"),
+    rule(_ipoib_namespace_problems, "the IPoIB network's namespace", "network scheduling", "scheduling"),
 )

@@ -126,8 +126,38 @@ def _quota_problems(s: Settings, add) -> None:
             )
 
 
+def _quota_reach_problems(s: Settings, add) -> None:
+    """Quotas Kueue accepts but that can never do what they say: more GPUs than the whole inventory holds
+    (overcommit or not), and flavors on which no workload can ever be admitted."""
+    capacity = flavor_capacity(s)
+    borrowing = s.scheduling.cohort is not None
+    for i, team in enumerate(s.scheduling.teams):
+        for flavor, quota in team.quotas.items():
+            at = f"scheduling.teams[{i}].quotas.{flavor}"
+            if flavor in capacity and quota.gpus > capacity[flavor]:
+                add(
+                    f"{at}.gpus: {quota.gpus} GPUs on {flavor!r}, but the inventory holds {capacity[flavor]} "
+                    "schedulable there in all; no overcommit makes more exist: lower it to at most "
+                    f"{capacity[flavor]}"
+                )
+            limit = quota.borrowing_limit
+            for resource, empty in (("cpu", quota.cpu == 0), ("memory", _quantity_is_zero(quota.memory))):
+                can_borrow = borrowing and (limit is None or getattr(limit, resource) not in (0, "0"))
+                if empty and not can_borrow:
+                    add(
+                        f"{at}.{resource}: 0 with nothing to borrow; every pod requests CPU and memory, so no "
+                        f"workload of team {team.name!r} can ever be admitted on {flavor!r}: give a {resource} "
+                        "quota, or a cohort to borrow from"
+                    )
+
+
+def _quantity_is_zero(quantity: str) -> bool:
+    return float(quantity.rstrip("kmMGTPi") or 0) == 0
+
+
 RULES = (
     rule(_team_problems, "each team's names, namespaces and Pod Security", "*"),
     rule(_priority_class_problems, "the teams' priority classes", "scheduling", "scheduling"),
     rule(_quota_problems, "the teams' GPU quotas against the GPU nodes", "scheduling nodes gpu", "nodes scheduling"),
+    rule(_quota_reach_problems, "what each team's quota can admit", "scheduling nodes gpu", "nodes"),
 )
