@@ -44,6 +44,7 @@ class SettingsError(pulumi.RunError):
     def __init__(self, problems: list[str], shown: Optional[list[str]] = None):
         """`problems`: one per line, path first; `shown`: what is printed (list items named, notes)."""
         self.problems = problems
+        self.shown = shown or problems
         super().__init__("invalid settings:\n" + "\n".join(f"  {p}" for p in shown or problems))
 
 

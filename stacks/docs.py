@@ -366,9 +366,88 @@ def _fill(template: str, by_path: dict[str, Row]) -> str:
     return re.sub(r"\{([A-Za-z0-9.\[\]]+)\}", value, template)
 
 
+def _field_checks() -> dict[Any, list[str]]:
+    """Each field validator (a settings type's check) -> the settings paths that use it."""
+    found: dict[Any, list[str]] = {}
+    for row in rows():
+        for item in (*row.metadata, *(meta for _where, meta, _tp in _nested_metadata(row.annotation))):
+            func = getattr(item, "func", None)
+            if func is not None and func.__doc__:
+                found.setdefault(func, []).append(row.path)
+    return found
+
+
+def safety() -> str:
+    """docs/safety.md: what the settings refuse and what the review's Danger section names, from the tables
+    the code runs (the field types, `settings.rules.RULES`, `stacks.diff.DANGER`, the protected resources)."""
+    from settings.config_file import FILE_CHECKS
+    from settings.rules import RULES
+    from stacks.diff import DANGER
+    from stacks.diff.protect import SAFE_STEPS
+
+    lines = [
+        "# What the settings refuse and what the review names",
+        "",
+        f"<!-- {GENERATED} -->",
+        "",
+        "Bad input stops `pulumi preview`, `pulumi up` and the offline preview (`python -m stacks.plan`, exit 2)",
+        "before any resource exists, with the path, the problem and the fix; every problem of a file in one run.",
+        "The review (`python -m stacks.review`, `python -m stacks.plan --diff`) lists under Danger every change",
+        "that destroys or disrupts, with what is lost or restarts and the runbook section, and fails (exit 3)",
+        "where `pulumi preview` would.",
+        "",
+        "## The stack file itself",
+        "",
+        *(f"- {check}" for check in FILE_CHECKS),
+        "",
+        "## Credentials: set only with `pulumi config set --secret`",
+        "",
+        "A credential given as plain config is refused (it would sit unencrypted in the stack file and the state):",
+        "",
+        "| key | what it is |",
+        "|---|---|",
+        *(f"| `{NAMESPACE}:{key}` | {_cell(meaning)} |" for key, meaning in SECRET_KEYS.items()),
+        "",
+        "## Values refused by their type",
+        "",
+        "| check | settings that use it |",
+        "|---|---|",
+    ]
+    for func, paths in sorted(_field_checks().items(), key=lambda item: item[0].__doc__ or ""):
+        shown = ", ".join(f"`{p}`" for p in sorted(set(paths))[:6]) + (" ..." if len(set(paths)) > 6 else "")
+        lines.append(f"| {_cell(' '.join(func.__doc__.split()))} | {shown} |")
+    lines += [
+        "",
+        "## Rules across fields and areas",
+        "",
+        "| area | what is checked |",
+        "|---|---|",
+        *(f"| {rule.check.__module__.rsplit('.', 1)[-1]} | {_cell(rule.checks)} |" for rule in RULES),
+        "",
+        "## Danger: what the review names",
+        "",
+        "| area | change |",
+        "|---|---|",
+        *(f"| {kind.find.__module__.rsplit('.', 1)[-1]} | {_cell(kind.title)} |" for kind in DANGER),
+        "",
+        "## Refused like `pulumi preview` refuses: protected resources replaced or deleted",
+        "",
+        "| resource | the safe way |",
+        "|---|---|",
+        *(f"| `*{suffix}` | {_cell(step)} |" for suffix, step in SAFE_STEPS.items()),
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def generated_files() -> dict[str, str]:
     """Repository path -> the content `make docs` writes there."""
-    return {"docs/settings.md": settings_reference(), SCHEMA_FILE: schema_text(), "docs/air-gap.md": air_gap()}
+    return {
+        "docs/settings.md": settings_reference(),
+        SCHEMA_FILE: schema_text(),
+        "docs/air-gap.md": air_gap(),
+        "docs/safety.md": safety(),
+    }
 
 
 def main() -> int:

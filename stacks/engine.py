@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,7 +26,8 @@ from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from settings import NAMESPACE
+from settings import NAMESPACE, SettingsError
+from settings import config_file as stack_file
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "ml-platform"
@@ -58,9 +60,23 @@ class Plan:
     revealed: dict[str, Any] = field(default_factory=dict, repr=False)
     # Resource options the engine receives that are not inputs (deleteBeforeReplace, ...), by URN.
     options: dict[str, Any] = field(default_factory=dict, repr=False)
+    # Objects the program reads and does not manage (`Resource.get`): type, name, the id it reads, parent,
+    # provider and what it waits for. `pulumi up` reads them at every run; deleting one breaks the program.
+    reads: list[dict[str, Any]] = field(default_factory=list)
+    # Digest of each secret config value the stack file holds (of its ciphertext: public data), by key, so
+    # that a diff can say a secret such as the join token changed where the resources carrying it do not show it.
+    secret_config: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        doc = {"project": self.project, "stack": self.stack, "resources": self.resources, "outputs": self.outputs}
+        doc = {
+            "project": self.project,
+            "stack": self.stack,
+            "resources": self.resources,
+            "reads": self.reads,
+            "outputs": self.outputs,
+        }
+        if self.secret_config:
+            doc["secretConfig"] = self.secret_config
         return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
     def by_type(self, type_: str) -> list[dict[str, Any]]:
@@ -144,6 +160,7 @@ class _RecordingMonitor(mocks.MockMonitor):
         super().__init__(_Mocks(stack_references))
         self.computed = computed or {}
         self.requests: list[dict[str, Any]] = []
+        self.reads: list[dict[str, Any]] = []
         self.revealed: dict[str, Any] = {}
         self.options: dict[str, Any] = {}
 
@@ -178,6 +195,21 @@ class _RecordingMonitor(mocks.MockMonitor):
                     "secretDigests": _secret_digests(inputs),
                 }
             )
+        return response
+
+    def ReadResource(self, request):  # noqa: N802 (gRPC method name)
+        response = super().ReadResource(request)
+        self.reads.append(
+            {
+                "urn": response.urn,
+                "type": request.type,
+                "name": request.name,
+                "id": request.id,
+                "parent": request.parent or None,
+                "provider": request.provider.rsplit("::", 1)[0] if request.provider else None,
+                "dependencies": sorted(set(request.dependencies)),
+            }
+        )
         return response
 
     def _echo(self, request) -> resource_pb2.RegisterResourceResponse:
@@ -291,6 +323,7 @@ def run(
         outputs=dict(sorted(outputs.items())),
         revealed=monitor.revealed,
         options=monitor.options,
+        reads=sorted(monitor.reads, key=lambda r: r["urn"]),
     )
 
 
@@ -320,5 +353,34 @@ async def _resolve(output: pulumi.Output) -> Any:
 
 
 def evaluate_stack(stack: str, config_file: Optional[Path] = None) -> Plan:
+    """The plan of `stack` from `Pulumi.<stack>.yaml` (or `config_file`). SettingsError lists the file's own
+    problems (YAML syntax, duplicate keys, a misspelt project prefix) and the settings' problems together,
+    each at its file:line."""
+    path = config_file or ROOT / f"Pulumi.{stack}.yaml"
+    located, file_problems = stack_file.read(path, NAMESPACE)
+    if located is None:
+        raise SettingsError(file_problems)
     config, secret_keys = load_stack_config(stack, config_file)
-    return run(stack, config, secret_keys)
+    previous = os.environ.get(stack_file.STACK_FILE_ENV)
+    os.environ[stack_file.STACK_FILE_ENV] = str(path)
+    try:
+        plan = run(stack, config, secret_keys)
+    except SettingsError as exc:
+        # A misspelt prefix is also what the program itself finds among the config keys: say it once.
+        known = tuple(p.split(": ", 1)[1] for p in file_problems)
+        problems = [p for p in exc.problems if not p.endswith(known)]
+        shown = [p for p in exc.shown if not p.endswith(known)]
+        raise SettingsError(file_problems + problems, file_problems + shown) from None
+    finally:
+        if previous is None:
+            os.environ.pop(stack_file.STACK_FILE_ENV, None)
+        else:
+            os.environ[stack_file.STACK_FILE_ENV] = previous
+    if file_problems:
+        raise SettingsError(file_problems)
+    plan.secret_config = {
+        key: config[key].rsplit("-", 1)[-1]
+        for key in secret_keys
+        if key not in PLACEHOLDER_SECRETS or config[key] != PLACEHOLDER_SECRETS[key]
+    }
+    return plan

@@ -44,6 +44,9 @@ def summary(plan: Plan) -> str:
     lines += ["", "Per type:"]
     for type_, count in sorted(Counter(r["type"] for r in resources).items()):
         lines.append(f"  {count:5d}  {type_}")
+    if plan.reads:
+        lines += ["", "Reads (objects the program reads at every run and does not manage):"]
+        lines += [f"  read {r['name']} [{r['type']}] id {r['id']}" for r in plan.reads]
     lines += ["", "Outputs:"]
     for name, value in plan.outputs.items():
         shown = value if isinstance(value, str) else json.dumps(value, sort_keys=True)

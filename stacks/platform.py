@@ -9,7 +9,9 @@ dependencies; none reads the config itself.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 import pulumi
@@ -24,7 +26,17 @@ from components.remote import host_accesses
 from components.scheduling_stack import SchedulingStack, SchedulingStackArgs
 from components.upgrades import ClusterUpgrades, ClusterUpgradesArgs
 from components.zabbix_monitoring import ZabbixMonitoring, ZabbixMonitoringArgs, ZabbixSecrets
-from settings import NAMESPACE, SECRET_KEYS, Settings, SettingsError, load, plain_secret_problems, settings_warnings
+from settings import (
+    NAMESPACE,
+    SECRET_KEYS,
+    Settings,
+    SettingsError,
+    config_file,
+    load,
+    plain_secret_problems,
+    settings_warnings,
+)
+from settings.config_file import STACK_FILE_ENV, namespace_problems
 from settings.rules import minio_layout
 from stacks import outputs
 
@@ -38,12 +50,15 @@ class Secrets:
 
 def run() -> dict[str, Any]:
     """What `__main__.py` does: settings from the stack config, then the platform."""
-    settings = load(read_config())
+    try:
+        settings = load(read_config())
+        problems = secret_problems(settings) + namespace_problems(config_keys(), NAMESPACE)
+        if problems:
+            raise SettingsError(problems)
+    except SettingsError as exc:
+        raise placed(exc) from None
     for warning in settings_warnings(settings):
         pulumi.log.warn(warning)
-    problems = secret_problems(settings)
-    if problems:
-        raise SettingsError(problems)
     config = pulumi.Config(NAMESPACE)
     secrets = Secrets(
         ssh_private_key=config.require_secret("sshPrivateKey"),
@@ -73,11 +88,30 @@ def secret_problems(settings: Settings) -> list[str]:
     return problems
 
 
+def config_keys() -> list[str]:
+    """Every config key the engine handed the program, of any namespace."""
+    return sorted(set(pulumi.runtime.config.CONFIG.get()) | set(pulumi.runtime.config.get_config_env()))
+
+
+def placed(exc: SettingsError) -> SettingsError:
+    """`exc` with `file:line` in front of each problem, when the stack file is known (STACK_FILE_ENV:
+    `__main__.py` names `Pulumi.<stack>.yaml`, the offline preview the file it read)."""
+    name = os.environ.get(STACK_FILE_ENV)
+    path = Path(name) if name else None
+    if path is None or not path.is_file():
+        return exc
+    located, _ = config_file.read(path, NAMESPACE)
+    if located is None:
+        return exc
+    return SettingsError(
+        config_file.place(exc.problems, located, path.name), config_file.place(exc.shown, located, path.name)
+    )
+
+
 def read_config() -> dict[str, Any]:
     """Every non-secret `ml-platform:` key of the stack config, objects parsed from their JSON form."""
-    keys = set(pulumi.runtime.config.CONFIG.get()) | set(pulumi.runtime.config.get_config_env())
     raw: dict[str, Any] = {}
-    for full_key in sorted(keys):
+    for full_key in config_keys():
         namespace, _, key = full_key.partition(":")
         if namespace != NAMESPACE or key in SECRET_KEYS:
             continue

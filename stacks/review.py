@@ -10,7 +10,9 @@ report to --summary (e.g. `$GITHUB_STEP_SUMMARY`).
 
 A base that cannot be planned is reported, not an error: a stack that is new in the change is diffed
 against an empty plan; a base without the planner, or whose settings were invalid, gets no diff.
-Exit status 1 when a head cannot be planned: the change breaks that stack.
+Exit status 3 when a protected resource would be replaced or deleted (the same verdict as
+`python -m stacks.plan --diff` and `pulumi preview`), 1 when a head cannot be planned: the change breaks
+that stack.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class StackReview:
     diff: str  # the whole diff text ("" when there is none)
     note: str = ""
     markdown: str = ""  # the diff as Markdown, without its headline (collapsible sections)
+    refused: bool = False  # a protected resource would be replaced or deleted: `pulumi preview` fails too
 
 
 def git(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[bytes]:
@@ -125,7 +128,8 @@ def review_stack(stack: str, base: Side, head: Side, out: Path) -> StackReview:
     if text_run.returncode == REFUSED:
         headline = f"REFUSED, a protected resource would be replaced or deleted; {headline}"
     body = "\n".join(md_run.stdout.splitlines()[1:]).strip("\n")
-    return StackReview(stack, text_run.returncode == 0, headline, text, note, body)
+    refused = text_run.returncode == REFUSED
+    return StackReview(stack, not refused, headline, text, note, body, refused=refused)
 
 
 def markdown(reviews: list[StackReview], base: Side, head: Side) -> str:
@@ -167,6 +171,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         with args.summary.open("a") as summary:
             summary.write(report)
     print(report)
+    return exit_status(reviews)
+
+
+def exit_status(reviews: list[StackReview]) -> int:
+    """3 when a change replaces or deletes a protected resource (as `stacks.plan --diff` and `pulumi preview`
+    refuse it), 1 when a head cannot be planned, else 0."""
+    if any(r.refused for r in reviews):
+        return REFUSED
     return 0 if all(r.ok for r in reviews) else 1
 
 

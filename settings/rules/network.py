@@ -7,6 +7,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from settings.rules.base import rule
+from settings.rules.scheduling import component_namespaces
 
 if TYPE_CHECKING:
     from settings.root import Settings
@@ -74,18 +75,24 @@ def _network_capacity_problems(s: Settings, add) -> None:
 
 
 def _ipoib_namespace_problems(s: Settings, add) -> None:
+    """The NetworkAttachmentDefinition goes into a namespace that exists: `default` or one the platform's
+    components create (a team's namespace is the team's: pods there reference `<namespace>/<name>`)."""
     ipoib = s.network.infiniband.ipoib_network
-    created = {"default"} | {ns for team in s.scheduling.teams for ns in team.namespace_names}
-    if ipoib.enabled and ipoib.namespace not in created:
+    if not ipoib.enabled:
+        return
+    others = component_namespaces(s)
+    others.pop("network.infiniband.ipoib_network.namespace")
+    created = {"default", *others.values()}
+    if ipoib.namespace not in created:
         add(
             f"network.infiniband.ipoibNetwork.namespace: {ipoib.namespace!r} is not a namespace the program "
-            "creates, so the NetworkAttachmentDefinition cannot be created there; use 'default' or a team's "
-            f"namespace ({', '.join(sorted(created))})"
+            "creates, so the NetworkAttachmentDefinition cannot be created there; use 'default' or one of "
+            f"{', '.join(sorted(created - {'default'}))}"
         )
 
 
 RULES = (
     rule(_network_problems, "the pod, service and IPoIB ranges against the hosts", "network nodes"),
     rule(_network_capacity_problems, "the pod and IPoIB ranges against the node count", "network nodes", "nodes"),
-    rule(_ipoib_namespace_problems, "the IPoIB network's namespace", "network scheduling", "scheduling"),
+    rule(_ipoib_namespace_problems, "the IPoIB network's namespace", "*"),
 )

@@ -27,19 +27,24 @@ SYSTEM_NAMESPACES = {
 
 
 def platform_namespaces(s: Settings) -> set[str]:
-    """Every namespace the platform itself uses: each settings field named `namespace` or `...Namespace`."""
-    found = set(SYSTEM_NAMESPACES)
+    """Every namespace the platform itself uses: the system ones and those the settings give the components."""
+    return SYSTEM_NAMESPACES | set(component_namespaces(s).values())
 
-    def walk(model) -> None:
+
+def component_namespaces(s: Settings) -> dict[str, str]:
+    """Settings path -> namespace, for each settings field named `namespace` or `...Namespace` outside lists."""
+    found: dict[str, str] = {}
+
+    def walk(model, path: str) -> None:
         for name in type(model).model_fields:
             value = getattr(model, name)
             if name == "namespace" or name.endswith("_namespace"):
                 if isinstance(value, str):
-                    found.add(value)
+                    found[f"{path}{name}"] = value
             elif hasattr(type(value), "model_fields"):
-                walk(value)
+                walk(value, f"{path}{name}.")
 
-    walk(s)
+    walk(s, "")
     return found
 
 
@@ -142,7 +147,9 @@ def _quota_reach_problems(s: Settings, add) -> None:
                 )
             limit = quota.borrowing_limit
             for resource, empty in (("cpu", quota.cpu == 0), ("memory", _quantity_is_zero(quota.memory))):
-                can_borrow = borrowing and (limit is None or getattr(limit, resource) not in (0, "0"))
+                cap = getattr(limit, resource) if limit is not None else None
+                no_borrowing = cap is not None and (cap == 0 if resource == "cpu" else _quantity_is_zero(cap))
+                can_borrow = borrowing and not no_borrowing
                 if empty and not can_borrow:
                     add(
                         f"{at}.{resource}: 0 with nothing to borrow; every pod requests CPU and memory, so no "

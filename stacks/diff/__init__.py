@@ -29,6 +29,7 @@ from stacks.diff.core import (
     Change,
     Entry,
     Result,
+    Sides,
     bare_paths,
     classify,
     command_env,
@@ -43,8 +44,8 @@ from stacks.diff.minio import env_file_value, pool_size
 from stacks.diff.protect import refusal
 from stacks.diff.render import by_component, by_host, entry_lines, headline, output_lines, render_markdown, render_text
 
-# Each area's danger: (entries, resources before, resources after) -> plain-words lines.
-DANGER = (hosts.danger, minio.danger, releases.danger, upgrades.danger)
+# Every kind of destructive or disruptive change the review names, by area (docs/safety.md lists them).
+DANGER = (*hosts.CLASSES, *minio.CLASSES, *releases.CLASSES, *upgrades.CLASSES)
 
 __all__ = [
     "ABSENT",
@@ -76,8 +77,22 @@ __all__ = [
 ]
 
 
-def danger(entries: list[Entry], before: dict[str, dict], after: dict[str, dict]) -> list[str]:
-    return [line for area in DANGER for line in area(entries, before, after)]
+def read_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Objects the program starts or stops reading (`Resource.get`; plans without `reads` read nothing)."""
+    before = {r["urn"]: r for r in old.get("reads", [])}
+    after = {r["urn"]: r for r in new.get("reads", [])}
+    lines = []
+    for urn in sorted(before.keys() | after.keys()):
+        read = after.get(urn) or before[urn]
+        sign = "+" if urn not in before else "-" if urn not in after else None
+        if sign is None and before[urn]["id"] == after[urn]["id"]:
+            continue
+        lines.append(f"{sign or '~'} read {read['name']} [{read['type']}] id {read['id']}")
+    return lines
+
+
+def danger(sides: Sides) -> list[str]:
+    return [line for kind in DANGER for line in kind.find(sides)]
 
 
 def compare(old: dict[str, Any], new: dict[str, Any]) -> Result:
@@ -94,7 +109,7 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> Result:
         for name in sorted(old["outputs"].keys() | new["outputs"].keys())
         if old["outputs"].get(name, ABSENT) != new["outputs"].get(name, ABSENT)
     ]
-    result = Result(new.get("project", ""), new.get("stack", ""), entries, outputs, [], [])
-    result.danger = danger(entries, before, after)
+    result = Result(new.get("project", ""), new.get("stack", ""), entries, outputs, [], [], read_changes(old, new))
+    result.danger = danger(Sides(entries, before, after, old, new))
     result.errors = [e for entry in entries for e in refusal(entry, before.get(entry.urn))]
     return result

@@ -65,6 +65,27 @@ class Change:
     new: Any
 
 
+@dataclass(frozen=True)
+class Sides:
+    """What a danger class looks at: the changed entries, the resources of both plans by URN, both plans."""
+
+    entries: list[Entry]
+    before: dict[str, dict]
+    after: dict[str, dict]
+    old: dict[str, Any]
+    new: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class DangerClass:
+    """One kind of destructive or disruptive change the review names (docs/safety.md lists them all):
+    `find(Sides)` -> plain-words lines, each saying what is lost or
+    restarts, in which order, and the runbook section to follow."""
+
+    title: str
+    find: Any
+
+
 @dataclass
 class Entry:
     urn: str
@@ -86,6 +107,7 @@ class Result:
     outputs: list[Change]
     danger: list[str]
     errors: list[str]
+    reads: list[str] = field(default_factory=list)  # `+ read ...` / `- read ...`: reads added or dropped
 
     def counts(self) -> Counter[str]:
         return Counter(e.action for e in self.entries)

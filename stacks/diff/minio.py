@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from stacks.diff.core import Entry, command_env, command_script
+from stacks.diff.core import DangerClass, Entry, Sides, command_env, command_script
 
 
-def danger(entries: list[Entry], before: dict[str, dict], after: dict[str, dict]) -> list[str]:
-    found = [line for e in entries for line in _nas_drive_danger(e, before.get(e.urn), after.get(e.urn))]
-    return found + _pool_danger(before, after)
+def _drive_danger(sides: Sides) -> list[str]:
+    entries, before, after = sides.entries, sides.before, sides.after
+    return [line for e in entries for line in _nas_drive_danger(e, before.get(e.urn), after.get(e.urn))]
 
 
 def _nas_drive_danger(entry: Entry, old: Optional[dict], new: Optional[dict]) -> list[str]:
@@ -44,8 +44,9 @@ def _gone_slots(old_drives: list[str], new_drives: list[str]) -> list[int]:
     return [slot for slot, device in enumerate(old_drives, 1) if device not in new_drives]
 
 
-def _pool_danger(before: dict[str, dict], after: dict[str, dict]) -> list[str]:
+def _pool_danger(sides: Sides) -> list[str]:
     """A change of MinIO's pool definition (MINIO_VOLUMES, set size, parity), which MinIO fixes at first start."""
+    before, after = sides.before, sides.after
     old, new = _pool(before), _pool(after)
     if not old or not new or old == new:
         return []
@@ -90,3 +91,9 @@ def pool_size(volumes: str) -> str:
     for low, high in re.findall(r"\{(\d+)\.\.\.(\d+)\}", volumes):
         size *= int(high) - int(low) + 1
     return "?" if volumes == "?" else str(size)
+
+
+CLASSES = (
+    DangerClass("NAS drives leaving MinIO's pool: a NAS host removed, drives taken off or replaced", _drive_danger),
+    DangerClass("MinIO's pool definition changed (drive count, erasure set size, parity)", _pool_danger),
+)

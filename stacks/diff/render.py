@@ -77,6 +77,8 @@ def render_text(result: Result) -> str:
         lines += [f"  {tally}: {', '.join(names)} ({len(names)})" for tally, names in same.items()]
     for name, entries in groups.items():
         lines += ["", f"{name}:"] + [line for e in entries for line in entry_lines(e)]
+    if result.reads:
+        lines += ["", "Reads (objects the program reads and does not manage):"] + [f"  {r}" for r in result.reads]
     if result.outputs:
         lines += ["", "Outputs:"] + [f"  {line}" for line in output_lines(result)]
     return "\n".join(lines)
@@ -106,6 +108,8 @@ def render_markdown(result: Result, max_lines: int = 300) -> str:
                 f"{len(body) - len(shown)} more lines: see the plain-text diff in the `offline-plans` artifact."
             )
         lines.append("</details>")
+    if result.reads:
+        lines += ["", "<details><summary>reads</summary>", "", "```diff", *result.reads, "```", "</details>"]
     if result.outputs:
         lines += ["", "<details><summary>outputs</summary>", "", "```diff", *output_lines(result), "```", "</details>"]
     return "\n".join(lines) + "\n"
