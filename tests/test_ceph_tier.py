@@ -375,7 +375,7 @@ def test_storage_class_names_must_differ():
 
 def test_ceph_image_needs_a_tag():
     found = problems("prod", lambda raw: raw["storage"]["ceph"].update({"cephImage": "quay.io/ceph/ceph"}))
-    assert "'<repository>:<tag>'" in only(found, "storage.ceph.cephImage")
+    assert "is not pinned: give a version tag" in only(found, "storage.ceph.cephImage")
     ok = problems("prod", lambda raw: raw["storage"]["ceph"].update({"cephImage": "registry:5000/ceph/ceph:v20.2.4"}))
     assert ok == []
 
