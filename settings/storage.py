@@ -74,8 +74,8 @@ class BackupSource(Model):
         "and its status is the ConfigMap backup-status-<name> in the ml-backup namespace."
     )
     namespace: Name = Field(
-        description="Namespace of the PersistentVolumeClaim to back up (a pod mounts only claims of its own "
-        "namespace, so the backup CronJob runs there)."
+        description="Namespace of the PersistentVolumeClaim to back up, a team's (a pod mounts only claims of its "
+        "own namespace, so the backup CronJob runs there)."
     )
     claim_name: Name = Field(
         description="The PersistentVolumeClaim. Each run takes a CSI snapshot of it and mounts a read-only clone of "
