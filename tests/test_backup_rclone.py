@@ -257,3 +257,12 @@ def test_a_failure_message_with_quotes_and_newlines_stays_valid_json(job):
     result = job.run(mounted=False)
     assert result.rc != 0 and 'odd \\"name\\"' not in job.configmap["lastResult"]
     assert 'odd "name" line' in job.configmap["lastResult"]
+
+
+def test_the_container_script_is_posix_and_shellcheck_clean():
+    # It runs under busybox sh in the rclone image (Alpine): POSIX only.
+    from tests.test_scripts import _shellcheck
+
+    result = subprocess.run([_shellcheck(), "-s", "sh", str(SCRIPT)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert SCRIPT.read_text().startswith("#!/bin/sh\n")
