@@ -1000,3 +1000,30 @@ def test_a_source_in_the_status_namespace_is_refused():
 def test_a_source_without_its_size_is_refused():
     found = problems(mutate=lambda raw: _minio(raw)["backup"]["sources"][0].pop("size"))
     assert only(found, "storage.minio.backup.sources[0].size")
+
+
+# --- the review names what stops or is refused ---------------------------------------------------
+
+
+def danger_after(mutate) -> list[str]:
+    from stacks import diff as diffs
+
+    base = evaluate("prod")
+    changed = evaluate("prod", mutate)
+    return diffs.compare(json.loads(base.to_json()), json.loads(changed.to_json())).danger
+
+
+def test_review_names_a_removed_backup_source():
+    danger = danger_after(lambda raw: _minio(raw)["backup"]["sources"].pop(1))
+    assert any("backup-checkpoints: the backup of source checkpoints stops" in line for line in danger), danger
+
+
+def test_review_names_object_locking_on_existing_buckets():
+    danger = danger_after(lambda raw: _minio(raw).update(objectLockDays=30))
+    assert sum("object locking asked of the existing bucket" in line for line in danger) == 2, danger
+
+
+def test_review_names_a_renamed_minio_service():
+    danger = danger_after(lambda raw: _minio(raw).update(service="silo", binary="silo"))
+    lines = [line for line in danger if "service minio -> silo, binary minio -> silo" in line]
+    assert len(lines) == 4 and "systemctl disable --now minio" in lines[0], danger
