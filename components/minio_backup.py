@@ -1,61 +1,82 @@
 """The CephFS -> MinIO backup: one rclone CronJob per tier-2 shared volume named in the settings.
 
-Layout in the backup bucket, per source:
-- `current/<source>/`        the tree as of the last successful run (`rclone sync`);
-- `deleted/<source>/<time>/` files a run deleted or overwrote (`--backup-dir`), expired by the bucket
-                             lifecycle after `noncurrentRetentionDays`; versioning keeps earlier
-                             object versions as well;
-- `status/<source>.json`     written only after the sync AND `rclone check` passed: its time is the
-                             last success, for monitoring to alert on.
+Layout in the backup bucket, per source (bucket versioning keeps what a run overwrote or deleted):
+- `<source>/`               the tree as of the last successful run, symbolic links as `*.rclonelink`
+                            objects, mode/owner/group/times as object metadata;
+- `status/<source>.json`    the last successful run (objects, bytes, times): the shrink guard's reference.
 
-`backup_command` is the exact command the container runs; the test suite runs the same function's
-output with a real rclone against a real S3 endpoint.
+Consistency: each run backs up a CSI snapshot of the claim, never the live tree. Per source, in the
+claim's namespace (a team's: a pod mounts only claims of its own namespace, and a snapshot lives
+beside its claim):
+- the CronJob named after the source (the *launcher*, kubectl only): deletes the previous run's Job
+  and snapshot, takes a VolumeSnapshot `backup-<source>` (the tier-2 CephFS snapshot class), waits
+  until it is ready, then creates the Job `backup-<source>` from the ConfigMap `backup-<source>-run`;
+- that Job's pod mounts a read-only shallow clone of the snapshot (generic ephemeral volume, CephFS
+  `backingSnapshot`: no data copied, deleted with the pod) and runs, in order, `backup`
+  (components/scripts/container/cephfs-backup.sh: guards, sync, check, record; always exits 0 once its
+  result is written), `status` (kubectl patch of the status ConfigMap `backup-status-<source>` in the
+  platform namespace `ml-backup`: the monitoring contract `lastSuccessTime`, `lastRunTime`,
+  `lastResult`, `bytes`, `objects`) and `result` (exits with the backup's code, so the Job fails
+  exactly when the backup did).
+Each source has its own MinIO user (its prefix only) and two ServiceAccounts: the launcher's may
+handle only its snapshot and Job, the backup's may only patch its status ConfigMap. Every pod is
+non-root and admissible under Pod Security `restricted`.
 """
 
 from __future__ import annotations
 
-import shlex
+import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.cluster import ROLE_LABEL
-from settings import BackupSource, MinioSettings
+from components.namespaces import platform_namespace
+from settings import BackupSource, CephSettings, MinioSettings
+from settings.storage import BACKUP_NAMESPACE
 
 REMOTE = "nas"  # rclone remote configured from RCLONE_CONFIG_NAS_* variables
 DATA_MOUNT = "/data"
 CA_MOUNT = "/ca"
-SECRET_NAME = "cephfs-backup-rclone"
-CA_CONFIGMAP = "cephfs-backup-ca"
+STATUS_MOUNT = "/status"
+CA_CONFIGMAP = "backup-ca"
+SCRIPT = Path(__file__).parent / "scripts" / "container" / "cephfs-backup.sh"
 
 
-def backup_command(source_dir: str, source: str, bucket: str, max_delete: int, verify: str = "hash") -> list[str]:
-    """argv of the backup container: sync, verify, then record the success.
+def status_configmap(source: str) -> str:
+    return f"backup-status-{source}"
 
-    verify "hash": sizes and the MD5 recorded at upload (ETag, or rclone's md5 metadata for multipart
-    objects): catches every transfer error, costs one listing. "download": reads every object back
-    and compares bytes: also catches corruption at rest, at the cost of reading the whole backup."""
-    base = f"{REMOTE}:{bucket}"
-    q = shlex.quote
-    script = "\n".join(
-        [
-            "set -eu",
-            "stamp=$(date -u +%Y-%m-%dT%H%M%SZ)",
-            # sync (not copy) so the copy matches the source; what it deletes or overwrites moves to
-            # deleted/<source>/<stamp> instead of vanishing; a runaway deletion stops at --max-delete.
-            f"rclone sync {q(source_dir)} {q(f'{base}/current/{source}')}"
-            f' --backup-dir "{base}/deleted/{source}/$stamp"'
-            f" --max-delete {max_delete} --fast-list --transfers 8 --checkers 16 --stats-one-line -v",
-            f"rclone check {q(source_dir)} {q(f'{base}/current/{source}')} --fast-list"
-            + (" --download" if verify == "download" else ""),
-            f'printf \'{{"source":"%s","finished":"%s","started":"%s"}}\\n\' {q(source)}'
-            ' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$stamp"'
-            f" | rclone rcat {q(f'{base}/status/{source}.json')}",
-        ]
-    )
-    return ["sh", "-c", script]
+
+def backup_user(source: str) -> str:
+    return f"backup-{source}"
+
+
+def restore_user(source: str) -> str:
+    return f"restore-{source}"
+
+
+def backup_environment(
+    source: str, bucket: str, *, mode: str, max_delete: int, max_shrink_percent: int, verify: str, source_dir: str
+) -> dict[str, str]:
+    """The parameters of cephfs-backup.sh (what the container's `env` holds; the tests run the same)."""
+    return {
+        "SOURCE": source,
+        "SOURCE_DIR": source_dir,
+        "BUCKET": bucket,
+        "MODE": mode,
+        "MAX_DELETE": str(max_delete),
+        "MAX_SHRINK_PERCENT": str(max_shrink_percent),
+        "VERIFY": verify,
+        "STATUS_DIR": STATUS_MOUNT,
+    }
+
+
+def backup_command() -> list[str]:
+    """argv of the backup container: the script's text through sh (busybox ash in the rclone image)."""
+    return ["sh", "-c", SCRIPT.read_text(), "cephfs-backup"]
 
 
 def rclone_environment(endpoint: str, access_key: str, secret_key: str, *, provider: str = "Minio") -> dict[str, str]:
@@ -74,17 +95,67 @@ def rclone_environment(endpoint: str, access_key: str, secret_key: str, *, provi
     }
 
 
-def cronjob_spec(minio: MinioSettings, source: BackupSource) -> dict[str, Any]:
+RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+SNAPSHOT_API = "snapshot.storage.k8s.io"
+RUN_CONFIGMAP_MOUNT = "/run-spec"
+
+
+def run_name(source: str) -> str:
+    """The VolumeSnapshot and the Job of one run (one of each at a time)."""
+    return f"backup-{source}"
+
+
+def shallow_class(ceph: CephSettings) -> str:
+    """The StorageClass of the read-only clones: CephFS volumes backed by a snapshot (no copy)."""
+    return f"{ceph.shared_storage_class}-snapshot-ro"
+
+
+def restricted_pod(
+    account: str, user: int, group: int, init: list[dict], main: list[dict], volumes: list[dict]
+) -> dict[str, Any]:
+    return {
+        "restartPolicy": "Never",
+        "serviceAccountName": account,
+        "nodeSelector": {ROLE_LABEL: "cpu"},  # CPU nodes only, never a GPU node
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": user,
+            "runAsGroup": group,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "initContainers": init,
+        "containers": main,
+        "volumes": volumes,
+    }
+
+
+def pod_spec(minio: MinioSettings, ceph: CephSettings, source: BackupSource) -> dict[str, Any]:
+    """The backup pod: the snapshot's clone read-only, non-root, no capability (Pod Security `restricted`)."""
     backup = minio.backup
-    container = {
-        "name": "rclone",
+    env = backup_environment(
+        source.name,
+        minio.cephfs_backup_bucket,
+        mode="copy" if minio.object_lock_days else "sync",
+        max_delete=backup.max_delete,
+        max_shrink_percent=backup.max_shrink_percent,
+        verify=backup.verify,
+        source_dir=DATA_MOUNT,
+    )
+    tmp = {"name": "tmp", "mountPath": "/tmp"}
+    status = {"name": "status", "mountPath": STATUS_MOUNT}
+    rclone = {
+        "name": "backup",
         "image": backup.image,
-        "command": backup_command(
-            DATA_MOUNT, source.name, minio.cephfs_backup_bucket, backup.max_delete, backup.verify
-        ),
-        "envFrom": [{"secretRef": {"name": SECRET_NAME}}],
-        "env": [
+        "command": backup_command(),
+        "envFrom": [{"secretRef": {"name": rclone_secret(source.name)}}],
+        "env": [{"name": k, "value": v} for k, v in env.items()]
+        + [
             {"name": "RCLONE_CA_CERT", "value": f"{CA_MOUNT}/ca.crt"},
+            {"name": "RCLONE_CONFIG", "value": "/tmp/rclone.conf"},  # none: the remote is in the environment
             {"name": "RCLONE_CACHE_DIR", "value": "/tmp/rclone"},
             {"name": "HOME", "value": "/tmp"},
         ],
@@ -92,91 +163,312 @@ def cronjob_spec(minio: MinioSettings, source: BackupSource) -> dict[str, Any]:
         "volumeMounts": [
             {"name": "data", "mountPath": DATA_MOUNT, "readOnly": True},
             {"name": "ca", "mountPath": CA_MOUNT, "readOnly": True},
-            {"name": "tmp", "mountPath": "/tmp"},
+            tmp,
+            status,
         ],
-        # Root with only DAC_OVERRIDE: reads every file whatever its owner and mode, changes nothing
-        # (the volume is read-only), and stays within the PSA baseline capability list.
-        "securityContext": {
-            "runAsUser": 0,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"], "add": ["DAC_OVERRIDE"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
+        "securityContext": RESTRICTED_CONTAINER,
+    }
+    report = {
+        "name": "status",
+        "image": backup.kubectl_image,
+        "args": [
+            "patch",
+            "configmap",
+            status_configmap(source.name),
+            "--namespace",
+            BACKUP_NAMESPACE,
+            "--type",
+            "merge",
+            "--patch-file",
+            f"{STATUS_MOUNT}/patch.json",
+        ],
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
+        "volumeMounts": [tmp, {**status, "readOnly": True}],
+        "securityContext": RESTRICTED_CONTAINER,
+    }
+    result = {
+        "name": "result",
+        "image": backup.image,
+        "command": ["sh", "-c", f'exit "$(cat {STATUS_MOUNT}/rc)"'],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
+        "volumeMounts": [{**status, "readOnly": True}],
+        "securityContext": RESTRICTED_CONTAINER,
+    }
+    clone = {
+        "metadata": {"labels": {"app.kubernetes.io/name": "cephfs-backup", "ml-platform.io/source": source.name}},
+        "spec": {
+            "accessModes": ["ReadOnlyMany"],
+            "storageClassName": shallow_class(ceph),
+            "dataSource": {"apiGroup": SNAPSHOT_API, "kind": "VolumeSnapshot", "name": run_name(source.name)},
+            "resources": {"requests": {"storage": source.size}},
         },
     }
+    return restricted_pod(
+        backup_user(source.name),
+        source.run_as_user,
+        source.run_as_group,
+        [rclone, report],
+        [result],
+        [
+            {"name": "data", "ephemeral": {"volumeClaimTemplate": clone}},
+            {"name": "ca", "configMap": {"name": CA_CONFIGMAP}},
+            {"name": "tmp", "emptyDir": {}},
+            {"name": "status", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}},
+        ],
+    )
+
+
+def labels(source: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "cephfs-backup", "ml-platform.io/source": source}
+
+
+def snapshot_manifest(ceph: CephSettings, source: BackupSource) -> dict[str, Any]:
     return {
-        "schedule": backup.schedule,
+        "apiVersion": f"{SNAPSHOT_API}/v1",
+        "kind": "VolumeSnapshot",
+        "metadata": {"name": run_name(source.name), "namespace": source.namespace, "labels": labels(source.name)},
+        # The tier-2 CephFS snapshot class (Rook's chart creates it with the shared class's name).
+        "spec": {
+            "volumeSnapshotClassName": ceph.shared_storage_class,
+            "source": {"persistentVolumeClaimName": source.claim_name},
+        },
+    }
+
+
+def job_manifest(minio: MinioSettings, ceph: CephSettings, source: BackupSource) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": run_name(source.name), "namespace": source.namespace, "labels": labels(source.name)},
+        "spec": {
+            # A failed run is recorded and waits for the next schedule (or a manual run): repeating
+            # a refused run would only repeat the refusal.
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": minio.backup.deadline_seconds,
+            "template": {"metadata": {"labels": labels(source.name)}, "spec": pod_spec(minio, ceph, source)},
+        },
+    }
+
+
+def launcher_pod(minio: MinioSettings, source: BackupSource) -> dict[str, Any]:
+    """Delete the previous run's Job and snapshot, snapshot the claim, wait, create the Job: one
+    kubectl command per container (the kubectl image has no shell), in order."""
+    name = run_name(source.name)
+    timeout = "--timeout=1800s"
+
+    def kubectl(step: str, *args: str) -> dict[str, Any]:
+        return {
+            "name": step,
+            "image": minio.backup.kubectl_image,
+            "args": [*args, "--namespace", source.namespace],
+            "env": [{"name": "HOME", "value": "/tmp"}],
+            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
+            "volumeMounts": [
+                {"name": "tmp", "mountPath": "/tmp"},
+                {"name": "run-spec", "mountPath": RUN_CONFIGMAP_MOUNT, "readOnly": True},
+            ],
+            "securityContext": RESTRICTED_CONTAINER,
+        }
+
+    return restricted_pod(
+        launcher_account(source.name),
+        65534,
+        65534,
+        [
+            # The previous Job first (its pod and clone go with it: foreground), then its snapshot.
+            kubectl("delete-job", "delete", "job", name, "--ignore-not-found", "--cascade=foreground", timeout),
+            kubectl("delete-snapshot", "delete", "volumesnapshot", name, "--ignore-not-found", timeout),
+            kubectl("snapshot", "create", "--filename", f"{RUN_CONFIGMAP_MOUNT}/snapshot.json"),
+            kubectl(
+                "wait-snapshot",
+                "wait",
+                "--for=jsonpath={.status.readyToUse}=true",
+                f"volumesnapshot/{name}",
+                timeout,
+            ),
+        ],
+        [kubectl("start-backup", "create", "--filename", f"{RUN_CONFIGMAP_MOUNT}/job.json")],
+        [
+            {"name": "tmp", "emptyDir": {}},
+            {"name": "run-spec", "configMap": {"name": f"{name}-run"}},
+        ],
+    )
+
+
+def cronjob_spec(minio: MinioSettings, source: BackupSource) -> dict[str, Any]:
+    return {
+        "schedule": minio.backup.schedule,
         "timeZone": "Etc/UTC",
-        "concurrencyPolicy": "Forbid",  # never two syncs of one tree at once
+        "concurrencyPolicy": "Forbid",
         "startingDeadlineSeconds": 3600,
         "successfulJobsHistoryLimit": 3,
         "failedJobsHistoryLimit": 3,
         "jobTemplate": {
             "spec": {
-                "backoffLimit": 1,
-                "activeDeadlineSeconds": backup.deadline_seconds,
-                "template": {
-                    "metadata": {
-                        "labels": {"app.kubernetes.io/name": "cephfs-backup", "ml-platform.io/source": source.name}
-                    },
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "nodeSelector": {ROLE_LABEL: "cpu"},  # CPU nodes only, never a GPU node
-                        "containers": [container],
-                        "volumes": [
-                            {
-                                "name": "data",
-                                "persistentVolumeClaim": {"claimName": source.claim_name, "readOnly": True},
-                            },
-                            {"name": "ca", "configMap": {"name": CA_CONFIGMAP}},
-                            {"name": "tmp", "emptyDir": {}},
-                        ],
-                    },
-                },
+                "backoffLimit": 0,
+                "activeDeadlineSeconds": 3600,
+                "template": {"metadata": {"labels": labels(source.name)}, "spec": launcher_pod(minio, source)},
             }
         },
     }
 
 
+def rclone_secret(source: str) -> str:
+    return f"backup-{source}-rclone"
+
+
+def launcher_account(source: str) -> str:
+    return f"backup-{source}-launcher"
+
+
 def backup_jobs(
     minio: MinioSettings,
     endpoint: str,
-    access_key: pulumi.Input[str],
-    secret_key: pulumi.Input[str],
+    secret_keys: Mapping[str, pulumi.Input[str]],
     ca_pem: pulumi.Input[str],
-    opts: pulumi.ResourceOptions,
+    ceph: CephSettings,
+    team_namespaces: Mapping[str, pulumi.Resource],
+    *,
+    parent: pulumi.Resource,
+    provider: pulumi.ProviderResource,
+    depends_on: Sequence[pulumi.Resource],
 ) -> Sequence[pulumi.Resource]:
-    """Per namespace a Secret (rclone remote) and the CA; per source a CronJob."""
-    resources: list[pulumi.Resource] = []
-    namespaces = sorted({s.namespace for s in minio.backup.sources})
-    for namespace in namespaces:
-        env: Mapping[str, Any] = pulumi.Output.all(access_key, secret_key).apply(
-            lambda keys: rclone_environment(f"https://{endpoint}", keys[0], keys[1])
-        )
-        resources.append(
-            k8s.core.v1.Secret(
-                f"cephfs-backup-{namespace}-rclone",
-                metadata={"name": SECRET_NAME, "namespace": namespace},
-                string_data=pulumi.Output.secret(env),
-                opts=opts,
-            )
-        )
+    """The platform namespace `ml-backup` (status ConfigMaps, their Roles), the clones' StorageClass,
+    and per source, in its team's namespace (waited for): its MinIO credentials, ServiceAccounts,
+    RBAC, run spec and CronJob."""
+    if not minio.backup.sources:
+        return []
+    opts = pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=list(depends_on))
+    status_namespace = platform_namespace(
+        "backup-namespace",
+        BACKUP_NAMESPACE,
+        "restricted",
+        "Backup status ConfigMaps and the Roles that let each backup job patch only its own; no pods.",
+        provider=provider,
+        parent=parent,
+        depends_on=depends_on,
+    )
+    driver = f"{ceph.namespace}.cephfs.csi.ceph.com"
+    secrets = ceph.namespace
+    clones = k8s.storage.v1.StorageClass(
+        "backup-snapshot-clones",
+        metadata={"name": shallow_class(ceph)},
+        provisioner=driver,
+        # ceph-csi "snapshot-backed volumes" (docs/cephfs-snapshot-backed-volumes.md): a ReadOnlyMany
+        # volume from a CephFS snapshot that copies nothing and is deleted with the pod.
+        parameters={
+            "clusterID": ceph.namespace,
+            "fsName": ceph.filesystem_name,
+            "backingSnapshot": "true",
+            "csi.storage.k8s.io/provisioner-secret-name": "rook-csi-cephfs-provisioner",
+            "csi.storage.k8s.io/provisioner-secret-namespace": secrets,
+            "csi.storage.k8s.io/node-stage-secret-name": "rook-csi-cephfs-node",
+            "csi.storage.k8s.io/node-stage-secret-namespace": secrets,
+        },
+        reclaim_policy="Delete",
+        volume_binding_mode="Immediate",
+        opts=opts,
+    )
+    resources: list[pulumi.Resource] = [status_namespace, clones]
+    for namespace in sorted({s.namespace for s in minio.backup.sources}):
         resources.append(
             k8s.core.v1.ConfigMap(
-                f"cephfs-backup-{namespace}-ca",
+                f"backup-ca-{namespace}",
                 metadata={"name": CA_CONFIGMAP, "namespace": namespace},
                 data={"ca.crt": ca_pem},
-                opts=opts,
+                opts=_in(opts, team_namespaces.get(namespace)),
             )
         )
-    deps = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=list(resources)))
+    in_backup_ns = _in(opts, status_namespace)
     for source in minio.backup.sources:
-        resources.append(
-            k8s.batch.v1.CronJob(
-                f"cephfs-backup-{source.name}",
-                metadata={"name": f"cephfs-backup-{source.name}", "namespace": source.namespace},
-                spec=cronjob_spec(minio, source),
-                opts=deps,
-            )
-        )
+        here = _in(opts, team_namespaces.get(source.namespace), clones)
+        resources += _source_resources(minio, ceph, endpoint, secret_keys[source.name], source, here, in_backup_ns)
     return resources
+
+
+def _in(opts: pulumi.ResourceOptions, *after: Any) -> pulumi.ResourceOptions:
+    return pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[r for r in after if r is not None]))
+
+
+def _role(name: str, namespace: str, rules: list[dict], subject: str, subject_ns: str, opts) -> list:
+    role = k8s.rbac.v1.Role(f"{name}-role", metadata={"name": name, "namespace": namespace}, rules=rules, opts=opts)
+    binding = k8s.rbac.v1.RoleBinding(
+        f"{name}-binding",
+        metadata={"name": name, "namespace": namespace},
+        role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        subjects=[{"kind": "ServiceAccount", "name": subject, "namespace": subject_ns}],
+        opts=opts,
+    )
+    return [role, binding]
+
+
+def _source_resources(
+    minio: MinioSettings,
+    ceph: CephSettings,
+    endpoint: str,
+    secret_key: pulumi.Input[str],
+    source: BackupSource,
+    here: pulumi.ResourceOptions,
+    in_backup_ns: pulumi.ResourceOptions,
+) -> list[pulumi.Resource]:
+    name, namespace = source.name, source.namespace
+    env = pulumi.Output.from_input(secret_key).apply(
+        lambda key: rclone_environment(f"https://{endpoint}", backup_user(name), key)
+    )
+    created: list[pulumi.Resource] = [
+        k8s.core.v1.Secret(
+            f"backup-{name}-rclone",
+            metadata={"name": rclone_secret(name), "namespace": namespace},
+            string_data=pulumi.Output.secret(env),
+            opts=here,
+        ),
+        k8s.core.v1.ServiceAccount(
+            f"backup-{name}-account", metadata={"name": backup_user(name), "namespace": namespace}, opts=here
+        ),
+        k8s.core.v1.ServiceAccount(
+            f"backup-{name}-launcher", metadata={"name": launcher_account(name), "namespace": namespace}, opts=here
+        ),
+        # The job writes the data; the program only creates the object (a refresh must not reset it).
+        k8s.core.v1.ConfigMap(
+            f"backup-status-{name}",
+            metadata={"name": status_configmap(name), "namespace": BACKUP_NAMESPACE, "labels": labels(name)},
+            opts=pulumi.ResourceOptions.merge(in_backup_ns, pulumi.ResourceOptions(ignore_changes=["data"])),
+        ),
+        k8s.core.v1.ConfigMap(
+            f"backup-{name}-run",
+            metadata={"name": f"{run_name(name)}-run", "namespace": namespace, "labels": labels(name)},
+            data={
+                "snapshot.json": json.dumps(snapshot_manifest(ceph, source), indent=2, sort_keys=True),
+                "job.json": json.dumps(job_manifest(minio, ceph, source), indent=2, sort_keys=True),
+            },
+            opts=here,
+        ),
+    ]
+    status_rule = {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "resourceNames": [status_configmap(name)],
+        "verbs": ["patch"],
+    }
+    created += _role(
+        status_configmap(name), BACKUP_NAMESPACE, [status_rule], backup_user(name), namespace, in_backup_ns
+    )
+    # The launcher: its own snapshot and Job only (create cannot be limited by name; delete can).
+    launcher_rules = [
+        {"apiGroups": [group], "resources": [kind], "verbs": ["create", "get", "list", "watch"]}
+        for group, kind in ((SNAPSHOT_API, "volumesnapshots"), ("batch", "jobs"))
+    ] + [
+        {"apiGroups": [group], "resources": [kind], "resourceNames": [run_name(name)], "verbs": ["delete"]}
+        for group, kind in ((SNAPSHOT_API, "volumesnapshots"), ("batch", "jobs"))
+    ]
+    created += _role(launcher_account(name), namespace, launcher_rules, launcher_account(name), namespace, here)
+    created.append(
+        k8s.batch.v1.CronJob(
+            f"backup-{name}",
+            metadata={"name": name, "namespace": namespace, "labels": labels(name)},
+            spec=cronjob_spec(minio, source),
+            opts=pulumi.ResourceOptions.merge(here, pulumi.ResourceOptions(depends_on=list(created))),
+        )
+    )
+    return created

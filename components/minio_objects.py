@@ -23,9 +23,11 @@ import urllib3
 from minio import Minio, MinioAdmin
 from minio.commonconfig import ENABLED, Filter
 from minio.credentials import StaticProvider
+from minio.error import S3Error
 from minio.lifecycleconfig import Expiration, LifecycleConfig, NoncurrentVersionExpiration, Rule
+from minio.objectlockconfig import DAYS, GOVERNANCE, ObjectLockConfig
 from minio.versioningconfig import VersioningConfig
-from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
 # The region MinIO answers for by default; giving it skips a GetBucketLocation round trip.
 REGION = "us-east-1"
@@ -65,43 +67,62 @@ def _changed(olds: dict[str, Any], news: dict[str, Any], keys: tuple[str, ...]) 
 
 # --- buckets -------------------------------------------------------------------------------------
 
-BUCKET_KEYS = ("versioning", "noncurrentDays", "expirePrefixes")
+BUCKET_KEYS = ("versioning", "noncurrentDays", "lockDays")
+
+
+class ObjectLockError(Exception):
+    pass
 
 
 def lifecycle(props: dict[str, Any]) -> Optional[LifecycleConfig]:
-    """Noncurrent versions expire after `noncurrentDays`; objects under each of `expirePrefixes`
-    (prefix -> days) expire after their days. None when nothing expires."""
-    rules = []
-    if props.get("noncurrentDays"):
-        rules.append(
+    """MinIO's ILM rules, whole: noncurrent versions expire after `noncurrentDays`, and a delete marker
+    left with no version behind it is removed (it would otherwise stay forever and slow every listing).
+    None when nothing expires."""
+    if not props.get("noncurrentDays"):
+        return None
+    return LifecycleConfig(
+        [
             Rule(
                 ENABLED,
                 rule_filter=Filter(prefix=""),
                 rule_id="expire-noncurrent",
                 noncurrent_version_expiration=NoncurrentVersionExpiration(int(props["noncurrentDays"])),
-            )
-        )
-    for prefix, days in sorted((props.get("expirePrefixes") or {}).items()):
-        rules.append(
+            ),
             Rule(
                 ENABLED,
-                rule_filter=Filter(prefix=prefix),
-                rule_id=f"expire-{prefix.strip('/').replace('/', '-')}",
-                expiration=Expiration(days=int(days)),
-            )
-        )
-    return LifecycleConfig(rules) if rules else None
+                rule_filter=Filter(prefix=""),
+                rule_id="remove-expired-delete-markers",
+                expiration=Expiration(expired_object_delete_marker=True),
+            ),
+        ]
+    )
 
 
 def ensure_bucket(client: Minio, props: dict[str, Any]) -> list[str]:
     """Make the bucket hold the settings; returns what it changed (nothing on a re-run)."""
     bucket, done = props["bucket"], []
+    lock_days = int(props.get("lockDays") or 0)
     if not client.bucket_exists(bucket):
-        client.make_bucket(bucket)
+        # Object locking can only be switched on when a bucket is made (it also turns versioning on).
+        client.make_bucket(bucket, object_lock=bool(lock_days))
         done.append("created")
     if props.get("versioning") and client.get_bucket_versioning(bucket).status != ENABLED:
         client.set_bucket_versioning(bucket, VersioningConfig(ENABLED))
         done.append("versioning")
+    if lock_days:
+        try:
+            current = client.get_object_lock_config(bucket)
+        except S3Error as err:
+            if err.code != "ObjectLockConfigurationNotFoundError":
+                raise
+            raise ObjectLockError(
+                f"bucket {bucket} exists without object locking, and storage.minio.objectLockDays asks for it: "
+                "S3 can switch it on only when a bucket is created. Create a new bucket (another "
+                "cephfsBackupBucket / etcdSnapshotBucket name) and let the next runs fill it, or unset objectLockDays"
+            ) from err
+        if (current.mode, current.duration) != (GOVERNANCE, (lock_days, DAYS)):
+            client.set_object_lock_config(bucket, ObjectLockConfig(GOVERNANCE, lock_days, DAYS))
+            done.append("object lock")
     wanted = lifecycle(props)
     if wanted is not None:
         # The rules are ours alone: set them whole whenever the settings change them (update) or
@@ -125,6 +146,13 @@ class BucketProvider(ResourceProvider):
         ensure_bucket(s3_client(news), news)
         return UpdateResult(outs=news)
 
+    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
+        """`pulumi refresh`: a bucket removed behind the program's back leaves the state (the next
+        `up` creates it again); otherwise the recorded settings stand (the lifecycle is ours alone)."""
+        if not s3_client(props).bucket_exists(props["bucket"]):
+            return ReadResult(id_=None, outs={})
+        return ReadResult(id_=id_, outs=props)
+
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         # Backups are the point of this tier: a bucket that holds anything is left in place (remove
         # it by hand after copying what you need); an empty one is removed.
@@ -139,7 +167,7 @@ class BucketProvider(ResourceProvider):
 
 
 class Bucket(pulumi.dynamic.Resource):
-    """A bucket with versioning and a lifecycle, created with the root credentials."""
+    """A bucket with versioning, a lifecycle and optional object locking, made with the root credentials."""
 
     def __init__(
         self,
@@ -148,7 +176,7 @@ class Bucket(pulumi.dynamic.Resource):
         bucket: str,
         versioning: bool,
         noncurrent_days: int,
-        expire_prefixes: Optional[dict[str, int]] = None,
+        lock_days: Optional[int] = None,
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
         props = {
@@ -156,7 +184,7 @@ class Bucket(pulumi.dynamic.Resource):
             "bucket": bucket,
             "versioning": versioning,
             "noncurrentDays": noncurrent_days,
-            "expirePrefixes": expire_prefixes or {},
+            "lockDays": lock_days or 0,
         }
         secret = pulumi.ResourceOptions(additional_secret_outputs=["accessKey", "secretKey"])
         super().__init__(BucketProvider(), name, props, pulumi.ResourceOptions.merge(secret, opts))
@@ -172,6 +200,28 @@ def bucket_policy(buckets: list[str], actions: list[str]) -> str:
     resources = [f"arn:aws:s3:::{b}" for b in buckets] + [f"arn:aws:s3:::{b}/*" for b in buckets]
     return json.dumps(
         {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": actions, "Resource": resources}]},
+        sort_keys=True,
+    )
+
+
+def prefix_policy(bucket: str, prefixes: list[str], object_actions: list[str], list_actions: list[str]) -> str:
+    """An IAM policy confined to `prefixes` of one bucket (JSON text): listing only under them
+    (`s3:prefix` condition), `object_actions` only on their objects."""
+    keys = [f"arn:aws:s3:::{bucket}/{p}*" for p in prefixes]
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Action": ["s3:GetBucketLocation"], "Resource": [f"arn:aws:s3:::{bucket}"]},
+                {
+                    "Effect": "Allow",
+                    "Action": list_actions,
+                    "Resource": [f"arn:aws:s3:::{bucket}"],
+                    "Condition": {"StringLike": {"s3:prefix": [f"{p}*" for p in prefixes]}},
+                },
+                {"Effect": "Allow", "Action": object_actions, "Resource": keys},
+            ],
+        },
         sort_keys=True,
     )
 
@@ -199,6 +249,17 @@ class UserProvider(ResourceProvider):
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         ensure_user(admin_client(news), news)
         return UpdateResult(outs=news)
+
+    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
+        """`pulumi refresh`: a user removed behind the program's back leaves the state (the next `up`
+        creates it again with its policy)."""
+        try:
+            admin_client(props).user_info(props["user"])
+        except Exception as err:  # the admin API answers a missing user with an error status
+            if "NoSuchUser" in str(err) or "XMinioAdminNoSuchUser" in str(err):
+                return ReadResult(id_=None, outs={})
+            raise
+        return ReadResult(id_=id_, outs=props)
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         admin = admin_client(props)

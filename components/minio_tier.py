@@ -7,8 +7,9 @@
 2. TLS: a CA and one server certificate (SANs: every NAS address and name, the client endpoint),
    generated and kept as secrets in the state; the CA is a stack output for clients.
 3. Buckets, users and policies (`components.minio_objects`, dynamic resources): the backup and etcd
-   buckets with versioning and noncurrent-version expiry; backup-writer, etcd-snapshot-writer and
-   restore-reader, each limited to its bucket(s).
+   buckets with versioning, noncurrent-version and delete-marker expiry, optional object locking;
+   per backup source a writer (`backup-<source>`, its prefix only) and a reader (`restore-<source>`);
+   `etcd-snapshot-writer` (RKE2) and `etcd-restore`, the only readers of the etcd snapshots.
 4. In the cluster: the rclone CronJobs (`components.minio_backup`) and RKE2's etcd S3 config Secret.
 
 The erasure layout (`settings.erasure`) gives the honest fault-tolerance outputs.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import pulumi
@@ -27,9 +28,9 @@ import pulumi_random as random
 import pulumi_tls as tls
 
 from components import minio_backup
-from components.minio_objects import Bucket, User, bucket_policy
+from components.minio_objects import Bucket, User, bucket_policy, prefix_policy
 from components.remote import HostAccess, host_script
-from settings import EtcdSnapshots, MinioSettings, NasHost, NasSettings
+from settings import CephSettings, EtcdSnapshots, MinioSettings, NasHost, NasSettings
 from settings.erasure import ErasureLayout, host_range
 
 ETCD_S3_SECRET = "rke2-etcd-s3"
@@ -39,17 +40,48 @@ CA_VALIDITY_HOURS = 10 * 8760
 SERVER_VALIDITY_HOURS = 3 * 8760
 SERVER_EARLY_RENEWAL_HOURS = 8760
 
-WRITE_ACTIONS = [
-    "s3:GetBucketLocation",
-    "s3:ListBucket",
-    "s3:ListBucketMultipartUploads",
-    "s3:GetObject",
-    "s3:PutObject",
-    "s3:DeleteObject",
-    "s3:AbortMultipartUpload",
-    "s3:ListMultipartUploadParts",
-]
-READ_ACTIONS = ["s3:GetBucketLocation", "s3:ListBucket", "s3:ListBucketVersions", "s3:GetObject", "s3:GetObjectVersion"]
+# Writes a backup run needs; s3:DeleteObject only without object locking (on a versioned bucket it
+# leaves a delete marker; the versions stay). Never DeleteObjectVersion or BypassGovernanceRetention.
+WRITE_ACTIONS = ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"]
+LIST_ACTIONS = ["s3:ListBucket", "s3:ListBucketMultipartUploads"]
+READ_ACTIONS = ["s3:GetObject", "s3:GetObjectVersion"]
+READ_LIST_ACTIONS = ["s3:ListBucket", "s3:ListBucketVersions"]
+ETCD_RESTORE_USER = "etcd-restore"
+ETCD_WRITER = "etcd-snapshot-writer"
+
+
+def user_policies(minio: MinioSettings) -> dict[str, str]:
+    """Every MinIO user of the tier and its policy (JSON). Per backup source a writer confined to the
+    source's prefix and run record, and a reader of the same; the etcd snapshots are readable only by
+    RKE2's own writer (it lists and prunes them) and the platform's restore identity."""
+    write = WRITE_ACTIONS + ([] if minio.object_lock_days else ["s3:DeleteObject"])
+    bucket = minio.cephfs_backup_bucket
+    policies = {}
+    for source in minio.backup.sources:
+        prefixes = [f"{source.name}/", f"status/{source.name}.json"]
+        policies[minio_backup.backup_user(source.name)] = prefix_policy(bucket, prefixes, write, LIST_ACTIONS)
+        policies[minio_backup.restore_user(source.name)] = prefix_policy(
+            bucket, prefixes, READ_ACTIONS, READ_LIST_ACTIONS
+        )
+    etcd = minio.etcd_snapshot_bucket
+    policies[ETCD_WRITER] = bucket_policy([etcd], ["s3:GetBucketLocation", *LIST_ACTIONS, *write])
+    policies[ETCD_RESTORE_USER] = bucket_policy([etcd], ["s3:GetBucketLocation", *READ_LIST_ACTIONS, *READ_ACTIONS])
+    return policies
+
+
+def restore_users(minio: MinioSettings) -> dict[str, str]:
+    """What each restore identity restores -> its MinIO user: every backup source, and `etcd`."""
+    readers = {s.name: minio_backup.restore_user(s.name) for s in minio.backup.sources}
+    readers["etcd"] = ETCD_RESTORE_USER
+    return readers
+
+
+def restore_credentials(readers: Mapping[str, str], secret_keys: Sequence[str]) -> dict[str, dict[str, str]]:
+    """The stack output `minioRestoreCredentials`: {what: {accessKey, secretKey}}."""
+    return {
+        what: {"accessKey": user, "secretKey": key}
+        for (what, user), key in zip(readers.items(), secret_keys, strict=True)
+    }
 
 
 @dataclass(frozen=True)
@@ -62,6 +94,8 @@ class MinioTierArgs:
     cluster_name: str
     provider: pulumi.ProviderResource
     cluster_ready: Sequence[pulumi.Resource]
+    ceph: CephSettings = CephSettings()  # tier 2: the sources' snapshot class and driver
+    team_namespaces: Mapping[str, pulumi.Resource] = field(default_factory=dict)  # by name, the teams' component's
 
 
 def endpoint(minio: MinioSettings, nas: NasSettings) -> str:
@@ -125,6 +159,7 @@ def nas_params(minio: MinioSettings, nas: NasSettings, layout: ErasureLayout, ho
 
 class MinioTier(pulumi.ComponentResource):
     ca_cert: pulumi.Output[str]
+    restore_credentials: pulumi.Output[dict]
     read_tolerance_hosts: int
     write_tolerance_hosts: int
     usable_fraction: float
@@ -136,9 +171,10 @@ class MinioTier(pulumi.ComponentResource):
         self.write_tolerance_hosts = layout.write_tolerance_hosts if layout else 0
         self.usable_fraction = round(layout.usable_fraction, 4) if layout else 0.0
         self.ca_cert = pulumi.Output.from_input("")
+        self.restore_credentials = pulumi.Output.secret({})
         if layout is not None and args.nas.hosts:
             self._build(name, args, layout)
-        self.register_outputs({"caCert": self.ca_cert})
+        self.register_outputs({"caCert": self.ca_cert, "restoreCredentials": self.restore_credentials})
 
     def _build(self, name: str, args: MinioTierArgs, layout: ErasureLayout) -> None:
         child = pulumi.ResourceOptions(parent=self)
@@ -175,15 +211,24 @@ class MinioTier(pulumi.ComponentResource):
         after_minio = pulumi.ResourceOptions(parent=self, depends_on=steps)
         buckets = self._buckets(name, minio, connection, after_minio)
         users = self._users(name, minio, connection, pulumi.ResourceOptions(parent=self, depends_on=buckets))
-        in_cluster = pulumi.ResourceOptions(
+        ready = [*args.cluster_ready, *buckets, *[u for u, _ in users.values()]]
+        in_cluster = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=ready)
+        minio_backup.backup_jobs(
+            minio,
+            endpoint(minio, nas),
+            {s.name: users[minio_backup.backup_user(s.name)][1] for s in minio.backup.sources},
+            ca.cert_pem,
+            args.ceph,
+            args.team_namespaces,
             parent=self,
             provider=args.provider,
-            depends_on=[*args.cluster_ready, *buckets, *[u for u, _ in users.values()]],
+            depends_on=ready,
         )
-        writer_secret = users["backup-writer"][1]
-        minio_backup.backup_jobs(minio, endpoint(minio, nas), "backup-writer", writer_secret, ca.cert_pem, in_cluster)
         if etcd_s3_server_config(args.etcd, nas):
-            self._etcd_secret(args, users["etcd-snapshot-writer"][1], ca.cert_pem, in_cluster)
+            self._etcd_secret(args, users[ETCD_WRITER][1], ca.cert_pem, in_cluster)
+        readers = restore_users(minio)
+        keys = pulumi.Output.all(*[users[user][1] for user in readers.values()])
+        self.restore_credentials = pulumi.Output.secret(keys.apply(lambda k: restore_credentials(readers, k)))
 
     def _tls(self, name: str, minio: MinioSettings, nas: NasSettings, child: pulumi.ResourceOptions):
         ca_key = tls.PrivateKey(f"{name}-ca-key", algorithm="ECDSA", ecdsa_curve="P384", opts=child)
@@ -219,36 +264,25 @@ class MinioTier(pulumi.ComponentResource):
         return ca, server_key, cert
 
     def _buckets(self, name: str, minio: MinioSettings, connection: dict, opts: pulumi.ResourceOptions) -> list:
-        days = minio.noncurrent_retention_days
         return [
             Bucket(
-                f"{name}-bucket-cephfs-backup",
+                f"{name}-bucket-{purpose}",
                 connection,
-                minio.cephfs_backup_bucket,
+                bucket,
                 versioning=True,
-                noncurrent_days=days,
-                # Files a backup run deleted or overwrote (rclone --backup-dir) are kept as long.
-                expire_prefixes={"deleted/": days},
+                noncurrent_days=minio.noncurrent_retention_days,
+                lock_days=minio.object_lock_days,
                 opts=opts,
-            ),
-            Bucket(
-                f"{name}-bucket-etcd-snapshots",
-                connection,
-                minio.etcd_snapshot_bucket,
-                versioning=True,
-                noncurrent_days=days,
-                opts=opts,
-            ),
+            )
+            for purpose, bucket in (
+                ("cephfs-backup", minio.cephfs_backup_bucket),
+                ("etcd-snapshots", minio.etcd_snapshot_bucket),
+            )
         ]
 
     def _users(self, name: str, minio: MinioSettings, connection: dict, opts: pulumi.ResourceOptions) -> dict:
-        policies = {
-            "backup-writer": bucket_policy([minio.cephfs_backup_bucket], WRITE_ACTIONS),
-            "etcd-snapshot-writer": bucket_policy([minio.etcd_snapshot_bucket], WRITE_ACTIONS),
-            "restore-reader": bucket_policy([minio.cephfs_backup_bucket, minio.etcd_snapshot_bucket], READ_ACTIONS),
-        }
         users = {}
-        for user, policy in policies.items():
+        for user, policy in user_policies(minio).items():
             secret = random.RandomPassword(f"{name}-{user}-secret", length=40, special=False, opts=opts).result
             users[user] = (User(f"{name}-user-{user}", connection, user, secret, policy, opts=opts), secret)
         return users
@@ -261,7 +295,7 @@ class MinioTier(pulumi.ComponentResource):
             lambda v: {
                 "etcd-s3-endpoint": endpoint(args.minio, args.nas),  # host:port, no scheme
                 "etcd-s3-endpoint-ca": v[1],
-                "etcd-s3-access-key": "etcd-snapshot-writer",
+                "etcd-s3-access-key": ETCD_WRITER,
                 "etcd-s3-secret-key": v[0],
                 "etcd-s3-bucket": args.minio.etcd_snapshot_bucket,
                 "etcd-s3-bucket-lookup-type": "path",

@@ -156,6 +156,7 @@ class SchedulingStack(pulumi.ComponentResource):
     """Volcano and Kueue releases, flavors, priority classes and every team's queue and credentials."""
 
     team_namespaces: dict[str, list[str]]
+    namespace_resources: dict[str, pulumi.Resource]  # what objects other components put there wait for
     team_local_queues: dict[str, str]
     team_cluster_queues: dict[str, str]
     team_kubeconfigs: pulumi.Output[dict[str, str]]
@@ -223,6 +224,7 @@ class SchedulingStack(pulumi.ComponentResource):
         self.team_local_queues = {t.name: LOCAL_QUEUE for t in sched.teams}
         self.team_cluster_queues = {t.name: t.name for t in sched.teams}
         self.priority_classes = [pc.name for pc in sched.priority_classes]
+        self.namespace_resources = {}
         kubeconfigs = {team.name: self._team(team) for team in sched.teams}
         self.team_kubeconfigs = pulumi.Output.secret(pulumi.Output.all(**kubeconfigs)) if kubeconfigs else {}
         self.register_outputs(
@@ -251,7 +253,7 @@ class SchedulingStack(pulumi.ComponentResource):
         cluster_queue = self._custom("ClusterQueue", team.name, cluster_queue_spec(team, args.scheduling, args.nodes))
         ci_namespace = team.namespace_names[0]
         account = f"{team.name}-ci"
-        namespaces = {}
+        namespaces = self.namespace_resources
         for ns in team.namespace_names:
             namespaces[ns] = k8s.core.v1.Namespace(
                 f"{prefix}-ns-{ns}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from settings.types import Cron, Host, Image, Model, Name, Port, Sha256, Url
 
@@ -64,26 +64,78 @@ class MinioHostLoss(Model):
     write: int = Field(default=0, ge=0, le=16, description="NAS hosts that may be lost with writes still accepted.")
 
 
+# The platform namespace of the backups' status ConfigMaps (the monitoring contract names it).
+BACKUP_NAMESPACE = "ml-backup"
+
+
 class BackupSource(Model):
-    name: Name = Field(description="Short name; the tree lands under current/<name>/ in the backup bucket.")
-    namespace: Name = Field(description="Namespace of the PersistentVolumeClaim to back up.")
-    claim_name: Name = Field(description="The PersistentVolumeClaim, mounted read-only by the backup job.")
+    name: Name = Field(
+        description="Short name; the tree lands under <name>/ in the backup bucket, the CronJob is named after it "
+        "and its status is the ConfigMap backup-status-<name> in the ml-backup namespace."
+    )
+    namespace: Name = Field(
+        description="Namespace of the PersistentVolumeClaim to back up, a team's (a pod mounts only claims of its "
+        "own namespace, so the backup CronJob runs there)."
+    )
+    claim_name: Name = Field(
+        description="The PersistentVolumeClaim. Each run takes a CSI snapshot of it and mounts a read-only clone of "
+        "the snapshot: a consistent point-in-time copy, not the live tree."
+    )
+    size: str = Field(
+        pattern=r"^[0-9]+(Mi|Gi|Ti|Pi)$",
+        description="The claim's requested size (e.g. `20Ti`): the snapshot's clone must request at least this much "
+        "(a CephFS shallow clone allocates nothing).",
+    )
     storage_class: Name = Field(
         description="Its StorageClass: must be storage.ceph.sharedStorageClass (CephFS, ReadWriteMany)."
     )
 
+    @field_validator("namespace")
+    @classmethod
+    def _not_the_status_namespace(cls, namespace: str) -> str:
+        if namespace == BACKUP_NAMESPACE:
+            raise ValueError(
+                f"{BACKUP_NAMESPACE!r} holds only the backups' status ConfigMaps (no pods, no data): name the "
+                "namespace of the PersistentVolumeClaim"
+            )
+        return namespace
+
+    run_as_user: int = Field(
+        default=65534,
+        ge=1,
+        le=2147483647,
+        description="Non-root UID the backup reads as (Pod Security `restricted`): every file of the tree must be "
+        "readable by it or by `runAsGroup`; an unreadable file fails the run (it is never skipped silently).",
+    )
+    run_as_group: int = Field(default=65534, ge=1, le=2147483647, description="GID the backup reads as.")
+
 
 class CephfsBackup(Model):
-    schedule: Cron = Field(default="30 1 * * *", description="Cron schedule of the rclone CronJob (UTC).")
+    schedule: Cron = Field(default="30 1 * * *", description="Cron schedule of the backup CronJobs (UTC).")
     image: Image = Field(
-        default="docker.io/rclone/rclone:1.75.0", description="The rclone image, a pinned tag or digest."
+        default="docker.io/rclone/rclone:1.75.0",
+        description="The rclone image, pinned by tag (no published digest could be cited; pin `<image>@sha256:...` "
+        "from your mirror). Point it at a mirror for air-gapped sites.",
+    )
+    kubectl_image: Image = Field(
+        default="docker.io/rancher/kubectl:v1.30.3",
+        description="The image that writes the status ConfigMap (`kubectl patch`; the same pin as the upgrade Jobs' "
+        "kubectl).",
     )
     max_delete: int = Field(
         default=10000, ge=0, description="rclone `--max-delete`: a run that would delete more files stops."
     )
-    verify: Literal["hash", "download"] = Field(
-        default="hash",
-        description="Post-run rclone check: hash (sizes + upload MD5) or download (reads everything back).",
+    max_shrink_percent: int = Field(
+        default=50,
+        ge=0,
+        le=100,
+        description="A source with this many percent fewer files or bytes than at its last successful run is "
+        "refused (the run fails, nothing on the target changes). An empty or unmounted source is always refused.",
+    )
+    verify: Literal["size", "download"] = Field(
+        default="size",
+        description="Post-run `rclone check`: size (listing only, no re-read; every upload is already checked "
+        "against its MD5 by rclone) or download (reads the whole backup back and compares bytes).",
     )
     deadline_seconds: int = Field(default=72000, ge=600, description="`activeDeadlineSeconds` of one backup run.")
     sources: list[BackupSource] = Field(default=[], description="Tier-2 shared volumes to copy to MinIO.")
@@ -114,7 +166,19 @@ class MinioSettings(Model):
     cephfs_backup_bucket: Name = Field(default="cephfs-backup", description="Bucket of the CephFS backups.")
     etcd_snapshot_bucket: Name = Field(default="etcd-snapshots", description="Bucket of the RKE2 etcd snapshots.")
     noncurrent_retention_days: int = Field(
-        default=30, ge=1, le=3650, description="Days overwritten/deleted versions and backup-dir copies are kept."
+        default=30,
+        ge=1,
+        le=3650,
+        description="Days an overwritten or deleted object version is kept (bucket lifecycle; delete markers left "
+        "alone are removed by the same lifecycle).",
+    )
+    object_lock_days: Optional[int] = Field(
+        default=None,
+        ge=1,
+        le=3650,
+        description="Object locking (governance mode) on both buckets, each object version kept at least this many "
+        "days: a stolen backup key cannot destroy the history (the backup users get no delete at all). Only when a "
+        "bucket is created: turning it on for an existing bucket is refused by the host-side provider.",
     )
     backup: CephfsBackup = Field(default=CephfsBackup(), description="The CephFS -> MinIO backup CronJob.")
 

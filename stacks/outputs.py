@@ -91,6 +91,14 @@ CONTRACT: tuple[OutputSpec, ...] = (
         "PEM of the CA that signed the NAS servers' TLS certificate, for S3 clients (`--ca-cert`); empty without NAS.",
     ),
     OutputSpec(
+        "minioRestoreCredentials",
+        "map[map[string]]",
+        True,
+        "Per backup source, and `etcd` for the etcd snapshots: `{accessKey, secretKey}` of its read-only MinIO "
+        "restore identity (docs/runbook.md sections 9 and 10); empty without NAS. Secret: read with "
+        "`pulumi stack output --json --show-secrets minioRestoreCredentials`.",
+    ),
+    OutputSpec(
         "rke2Token",
         "string",
         True,

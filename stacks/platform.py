@@ -209,6 +209,18 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             cluster_ready=in_cluster,
         ),
     )
+    scheduling = SchedulingStack(
+        "scheduling",
+        SchedulingStackArgs(
+            scheduling=settings.scheduling,
+            charts=settings.charts,
+            nodes=settings.nodes,
+            api_url=cluster.api_url,
+            unaccounted_resources=[network.rdma_resource_name] if network.rdma_resource_name else [],
+            provider=cluster.provider,
+            cluster_ready=in_cluster,
+        ),
+    )
     minio = MinioTier(
         "minio",
         MinioTierArgs(
@@ -220,18 +232,9 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             cluster_name=settings.cluster.name,
             provider=cluster.provider,
             cluster_ready=in_cluster,
-        ),
-    )
-    scheduling = SchedulingStack(
-        "scheduling",
-        SchedulingStackArgs(
-            scheduling=settings.scheduling,
-            charts=settings.charts,
-            nodes=settings.nodes,
-            api_url=cluster.api_url,
-            unaccounted_resources=[network.rdma_resource_name] if network.rdma_resource_name else [],
-            provider=cluster.provider,
-            cluster_ready=in_cluster,
+            ceph=settings.storage.ceph,
+            # The sources' PVCs live in team namespaces: the backup objects there wait for them.
+            team_namespaces=scheduling.namespace_resources,
         ),
     )
     monitoring = ZabbixMonitoring(
@@ -269,6 +272,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             "minioWriteToleranceHosts": minio.write_tolerance_hosts,
             "minioUsableFraction": minio.usable_fraction,
             "minioCaCert": minio.ca_cert,
+            "minioRestoreCredentials": minio.restore_credentials,
             "rke2Token": token,
             "teamNamespaces": scheduling.team_namespaces,
             "teamLocalQueues": scheduling.team_local_queues,

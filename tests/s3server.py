@@ -43,11 +43,32 @@ class S3Server:
     root: Path  # the served directory: top-level folders are buckets
     endpoint: str
     env: dict[str, str]
+    ca: Path | None = None  # with tls: the self-signed certificate clients trust (RCLONE_CA_CERT)
+
+
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A P-256 certificate for localhost and 127.0.0.1, valid one day (openssl CLI)."""
+    openssl = shutil.which("openssl")
+    if not openssl:
+        pytest.fail("openssl is missing: install it (Debian: apt-get install openssl)")
+    cert, key = tmp_path / "s3.crt", tmp_path / "s3.key"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1"]
+        + ["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"]
+        + ["-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
 
 
 @contextmanager
-def serve_s3(tmp_path: Path, buckets: tuple[str, ...] = ()) -> Iterator[S3Server]:
-    """Start the server on a free port, wait until it answers, stop it by its PID afterwards."""
+def serve_s3(
+    tmp_path: Path, buckets: tuple[str, ...] = (), tls: bool = False, users: dict[str, str] | None = None
+) -> Iterator[S3Server]:
+    """Start the server on a free port, wait until it answers, stop it by its PID afterwards. With
+    `tls`, over HTTPS with a self-signed certificate for localhost (as MinIO serves it); `users`:
+    more access key -> secret pairs it accepts (every key may do everything: no policies)."""
     rclone = rclone_binary()
     root = tmp_path / "s3"
     root.mkdir()
@@ -55,8 +76,15 @@ def serve_s3(tmp_path: Path, buckets: tuple[str, ...] = ()) -> Iterator[S3Server
         (root / bucket).mkdir()
     port = free_port()
     log = tmp_path / "serve-s3.log"
+    ca = None
+    argv = [rclone, "serve", "s3", str(root), "--addr", f"127.0.0.1:{port}", "--auth-key", f"{ACCESS_KEY},{SECRET_KEY}"]
+    for access_key, secret_key in (users or {}).items():
+        argv += ["--auth-key", f"{access_key},{secret_key}"]
+    if tls:
+        ca, key = self_signed(tmp_path)
+        argv += ["--cert", str(ca), "--key", str(key)]
     proc = subprocess.Popen(
-        [rclone, "serve", "s3", str(root), "--addr", f"127.0.0.1:{port}", "--auth-key", f"{ACCESS_KEY},{SECRET_KEY}"],
+        argv,
         stdout=subprocess.DEVNULL,
         stderr=log.open("w"),
     )
@@ -70,15 +98,16 @@ def serve_s3(tmp_path: Path, buckets: tuple[str, ...] = ()) -> Iterator[S3Server
                 if proc.poll() is not None or time.monotonic() > deadline:
                     pytest.fail(f"rclone serve s3 did not start: {log.read_text()}")
                 time.sleep(0.1)
-        endpoint = f"http://127.0.0.1:{port}"
+        endpoint = f"https://localhost:{port}" if tls else f"http://127.0.0.1:{port}"
         env = {
             "PATH": f"{Path(rclone).parent}:{os.environ['PATH']}",
             "HOME": str(tmp_path),
             "RCLONE_CONFIG": str(tmp_path / "no-config-file"),
             # The same variables the CronJob's Secret holds; serve s3 is the "Rclone" provider.
             **rclone_environment(endpoint, ACCESS_KEY, SECRET_KEY, provider="Rclone"),
+            **({"RCLONE_CA_CERT": str(ca)} if ca else {}),
         }
-        yield S3Server(root=root, endpoint=endpoint, env=env)
+        yield S3Server(root=root, endpoint=endpoint, env=env, ca=ca)
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -83,30 +83,10 @@ def test_every_namespace_the_plan_uses_has_an_explicit_level_and_is_waited_for(p
 
 
 def team_namespaces(plan: engine.Plan) -> set[str]:
-    """Namespaces the teams own that the platform puts objects in (the tier-2 backup CronJobs run
-    next to the PVCs they back up); their Pod Security level is the teams' to set."""
+    """Namespaces the teams own (their Pod Security level is the teams' to set); the backup CronJobs
+    of sources in other namespaces run in namespaces the program creates (tests/test_backup_pod_security.py)."""
     settings = load(stack_doc(plan.stack))
-    return {source.namespace for source in settings.storage.minio.backup.sources}
-
-
-def test_pods_in_team_namespaces_meet_baseline(cis_plan):
-    # With the CIS profile a team namespace without a label is `restricted`; the backup pod runs as root
-    # with DAC_OVERRIDE (to read every file of the volume), which `baseline` allows and `restricted` does
-    # not: such a namespace needs `baseline` (docs/hardening.md). Here: nothing beyond baseline.
-    baseline_caps = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE"}
-    baseline_caps |= {"SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
-    teams = team_namespaces(cis_plan)
-    assert teams
-    for r in cis_plan.by_type("kubernetes:batch/v1:CronJob"):
-        if r["inputs"]["metadata"]["namespace"] not in teams:
-            continue
-        pod = r["inputs"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-        assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
-        assert not [v for v in pod.get("volumes", []) if "hostPath" in v]
-        for c in pod["containers"]:
-            ctx = c.get("securityContext", {})
-            assert not ctx.get("privileged")
-            assert set(ctx.get("capabilities", {}).get("add", [])) <= baseline_caps
+    return {ns for team in settings.scheduling.teams for ns in team.namespace_names}
 
 
 def test_the_namespaces_that_run_node_agents_are_privileged(cis_plan):

@@ -26,7 +26,7 @@ from Crypto.Cipher import AES
 import components.minio_tier as minio_tier
 from components import minio_objects
 from components.cluster import rke2_config
-from components.minio_backup import backup_command
+from components.minio_backup import backup_command, backup_environment
 from components.minio_tier import drives_param, env_file, nas_params, stdin_text
 from components.remote import script_text
 from settings import load
@@ -231,45 +231,200 @@ def test_buckets_and_users_are_tracked_resources(prod_plan):
     assert sorted(dynamic) == [
         "minio-bucket-cephfs-backup",
         "minio-bucket-etcd-snapshots",
-        "minio-user-backup-writer",
+        "minio-user-backup-checkpoints",
+        "minio-user-backup-datasets",
+        "minio-user-etcd-restore",
         "minio-user-etcd-snapshot-writer",
-        "minio-user-restore-reader",
+        "minio-user-restore-checkpoints",
+        "minio-user-restore-datasets",
     ]
     assert dynamic["minio-bucket-cephfs-backup"]["versioning"] is True
     assert dynamic["minio-bucket-cephfs-backup"]["noncurrentDays"] == 30
+    assert dynamic["minio-bucket-cephfs-backup"]["lockDays"] == 0
     for inputs in dynamic.values():
         assert inputs["accessKey"] == SECRET and inputs["secretKey"] == SECRET
-    reader = json.loads(dynamic["minio-user-restore-reader"]["policy"])["Statement"][0]
-    assert not any(a.startswith("admin:") or a.endswith("Put" + "Object") for a in reader["Action"])
-    writer = json.loads(dynamic["minio-user-backup-writer"]["policy"])["Statement"][0]
-    assert writer["Resource"] == ["arn:aws:s3:::cephfs-backup", "arn:aws:s3:::cephfs-backup/*"]
 
 
-def test_backup_cronjob_runs_the_tested_command_on_cpu_nodes(prod_plan):
-    job = prod_plan.named("cephfs-backup-datasets")["inputs"]
-    spec = job["spec"]
-    assert spec["concurrencyPolicy"] == "Forbid" and spec["startingDeadlineSeconds"] == 3600
+def statements(plan, user: str) -> list[dict]:
+    return json.loads(plan.named(f"minio-user-{user}")["inputs"]["policy"])["Statement"]
+
+
+def allowed(plan, user: str, action: str, resource: str, prefix: str = "") -> bool:
+    """Whether the user's policy allows `action` on `resource` (AWS wildcard matching, s3:prefix)."""
+    from fnmatch import fnmatchcase
+
+    for st in statements(plan, user):
+        if action not in st["Action"] or not any(fnmatchcase(resource, r) for r in st["Resource"]):
+            continue
+        condition = st.get("Condition", {}).get("StringLike", {}).get("s3:prefix")
+        if condition is None or any(fnmatchcase(prefix, c) for c in condition):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("source", ["datasets", "checkpoints"])
+def test_each_source_has_its_own_writer_and_reader_confined_to_its_prefix(prod_plan, source):
+    other = "checkpoints" if source == "datasets" else "datasets"
+    bucket = "arn:aws:s3:::cephfs-backup"
+    writer, reader = f"backup-{source}", f"restore-{source}"
+    assert allowed(prod_plan, writer, "s3:PutObject", f"{bucket}/{source}/dir/file")
+    assert allowed(prod_plan, writer, "s3:PutObject", f"{bucket}/status/{source}.json")
+    assert allowed(prod_plan, writer, "s3:ListBucket", bucket, prefix=f"{source}/")
+    assert not allowed(prod_plan, writer, "s3:PutObject", f"{bucket}/{other}/dir/file")
+    assert not allowed(prod_plan, writer, "s3:PutObject", f"{bucket}/status/{other}.json")
+    assert not allowed(prod_plan, writer, "s3:ListBucket", bucket, prefix=f"{other}/")
+    assert not allowed(prod_plan, writer, "s3:DeleteObjectVersion", f"{bucket}/{source}/dir/file")
+    assert allowed(prod_plan, reader, "s3:GetObjectVersion", f"{bucket}/{source}/dir/file")
+    assert not allowed(prod_plan, reader, "s3:PutObject", f"{bucket}/{source}/dir/file")
+    assert not allowed(prod_plan, reader, "s3:GetObject", f"{bucket}/{other}/dir/file")
+    for user in (writer, reader):
+        assert not any(a.startswith("admin:") for st in statements(prod_plan, user) for a in st["Action"])
+
+
+def test_etcd_snapshots_are_readable_only_by_rke2_and_the_platform_restore_identity(prod_plan):
+    snapshot = "arn:aws:s3:::etcd-snapshots/ml-prod/etcd-snapshot-cpu-01-1795600800"
+    users = [r["name"].removeprefix("minio-user-") for r in prod_plan.by_type("pulumi-python:dynamic:Resource")]
+    readers = {
+        u
+        for u in users
+        if u.startswith(("backup-", "restore-", "etcd-")) and allowed(prod_plan, u, "s3:GetObject", snapshot)
+    }
+    assert readers == {"etcd-restore", "etcd-snapshot-writer"}
+    assert not allowed(prod_plan, "etcd-restore", "s3:PutObject", snapshot)
+
+
+def run_spec(plan, source: str) -> tuple[dict, dict]:
+    """The VolumeSnapshot and the backup Job the launcher creates (ConfigMap backup-<source>-run)."""
+    data = plan.named(f"backup-{source}-run")["inputs"]["data"]
+    return json.loads(data["snapshot.json"]), json.loads(data["job.json"])
+
+
+def test_object_locking_takes_delete_away_and_makes_the_jobs_copy():
+    def lock(raw):
+        raw["storage"]["minio"]["objectLockDays"] = 30
+
+    plan = evaluate("prod", lock)
+    dynamic = {r["name"]: r["inputs"] for r in plan.by_type("pulumi-python:dynamic:Resource")}
+    assert dynamic["minio-bucket-cephfs-backup"]["lockDays"] == 30
+    assert dynamic["minio-bucket-etcd-snapshots"]["lockDays"] == 30
+    for user in ("backup-datasets", "backup-checkpoints", "etcd-snapshot-writer"):
+        assert not any("Delete" in a for st in statements(plan, user) for a in st["Action"]), user
+    pod = run_spec(plan, "datasets")[1]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["initContainers"][0]["env"]}
+    assert env["MODE"] == "copy"
+
+
+def test_the_launcher_snapshots_the_claim_then_starts_the_backup_job(prod_plan):
+    cron = prod_plan.named("backup-datasets")["inputs"]
+    assert cron["metadata"]["name"] == "datasets" and cron["metadata"]["namespace"] == "llm-train"  # after the source
+    spec = cron["spec"]
+    assert spec["concurrencyPolicy"] == "Forbid" and spec["schedule"] == "30 1 * * *"
     pod = spec["jobTemplate"]["spec"]["template"]["spec"]
-    assert spec["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 72000
+    steps = [(c["name"], c["args"]) for c in pod["initContainers"] + pod["containers"]]
+    assert [name for name, _ in steps] == ["delete-job", "delete-snapshot", "snapshot", "wait-snapshot", "start-backup"]
+    assert steps[0][1][:3] == ["delete", "job", "backup-datasets"] and "--cascade=foreground" in steps[0][1]
+    assert steps[1][1][:3] == ["delete", "volumesnapshot", "backup-datasets"]
+    assert steps[3][1][:3] == ["wait", "--for=jsonpath={.status.readyToUse}=true", "volumesnapshot/backup-datasets"]
+    assert all(args[-2:] == ["--namespace", "llm-train"] for _, args in steps)
+    assert pod["serviceAccountName"] == "backup-datasets-launcher"
+    snapshot, job = run_spec(prod_plan, "datasets")
+    assert snapshot["spec"] == {
+        "volumeSnapshotClassName": "tier2-shared",
+        "source": {"persistentVolumeClaimName": "shared-datasets"},
+    }
+    clone = next(v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "data")
+    claim = clone["ephemeral"]["volumeClaimTemplate"]["spec"]
+    assert claim["accessModes"] == ["ReadOnlyMany"] and claim["storageClassName"] == "tier2-shared-snapshot-ro"
+    assert claim["dataSource"] == {
+        "apiGroup": "snapshot.storage.k8s.io",
+        "kind": "VolumeSnapshot",
+        "name": "backup-datasets",
+    }
+    assert claim["resources"]["requests"]["storage"] == "200Ti"
+    sc = prod_plan.named("backup-snapshot-clones")["inputs"]
+    assert sc["provisioner"] == "rook-ceph.cephfs.csi.ceph.com"
+    assert sc["parameters"]["backingSnapshot"] == "true" and sc["parameters"]["fsName"] == "tier2fs"
+    role = prod_plan.named("backup-datasets-launcher-role")["inputs"]
+    deletes = [r for r in role["rules"] if "delete" in r["verbs"]]
+    assert all(r["resourceNames"] == ["backup-datasets"] for r in deletes) and len(deletes) == 2
+    assert not any(set(r["verbs"]) & {"update", "patch", "*"} for r in role["rules"])
+
+
+def test_backup_job_runs_the_tested_script_on_cpu_nodes(prod_plan):
+    _, job = run_spec(prod_plan, "datasets")
+    assert job["metadata"] == {
+        "name": "backup-datasets",
+        "namespace": "llm-train",
+        "labels": {"app.kubernetes.io/name": "cephfs-backup", "ml-platform.io/source": "datasets"},
+    }
+    assert job["spec"]["activeDeadlineSeconds"] == 72000 and job["spec"]["backoffLimit"] == 0
+    pod = job["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"ml-platform.io/role": "cpu"}
-    (container,) = pod["containers"]
-    assert container["command"] == backup_command("/data", "datasets", "cephfs-backup", 10000, "hash")
-    assert container["image"] == "docker.io/rclone/rclone:1.75.0"
-    data = next(v for v in pod["volumes"] if v["name"] == "data")
-    assert data["persistentVolumeClaim"] == {"claimName": "shared-datasets", "readOnly": True}
-    assert {"name": "data", "mountPath": "/data", "readOnly": True} in container["volumeMounts"]
-    assert job["metadata"]["namespace"] == "llm-train"
-    assert prod_plan.named("cephfs-backup-llm-train-rclone")["inputs"]["stringData"] == SECRET
+    backup, status = pod["initContainers"]
+    (result,) = pod["containers"]
+    assert backup["command"] == backup_command() and backup["image"] == "docker.io/rclone/rclone:1.75.0"
+    env = {e["name"]: e["value"] for e in backup["env"]}
+    expected = backup_environment(
+        "datasets",
+        "cephfs-backup",
+        mode="sync",
+        max_delete=10000,
+        max_shrink_percent=50,
+        verify="size",
+        source_dir="/data",
+    )
+    assert {k: env[k] for k in expected} == expected
+    assert status["image"] == "docker.io/rancher/kubectl:v1.30.3"
+    assert status["args"][:6] == ["patch", "configmap", "backup-status-datasets", "--namespace", "ml-backup", "--type"]
+    assert result["command"][-1] == 'exit "$(cat /status/rc)"'
+    assert {"name": "data", "mountPath": "/data", "readOnly": True} in backup["volumeMounts"]
+    assert prod_plan.named("backup-datasets-rclone")["inputs"]["stringData"] == SECRET
+    checkpoints = run_spec(prod_plan, "checkpoints")[1]["spec"]["template"]["spec"]
+    assert checkpoints["securityContext"]["runAsUser"] == 1000
+
+
+def test_the_status_configmap_and_the_only_rbac_the_job_gets(prod_plan):
+    for source in ("datasets", "checkpoints"):
+        cm = prod_plan.named(f"backup-status-{source}")["inputs"]
+        assert cm["metadata"]["name"] == f"backup-status-{source}" and cm["metadata"]["namespace"] == "ml-backup"
+        assert "data" not in cm  # the job writes it (the program ignores changes to it)
+        role = prod_plan.named(f"backup-status-{source}-role")["inputs"]
+        assert role["metadata"]["namespace"] == "ml-backup"
+        assert role["rules"] == [
+            {
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "resourceNames": [f"backup-status-{source}"],
+                "verbs": ["patch"],
+            }
+        ]
+        binding = prod_plan.named(f"backup-status-{source}-binding")["inputs"]
+        namespace = {"datasets": "llm-train", "checkpoints": "research"}[source]
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"backup-{source}", "namespace": namespace}]
+        pod = run_spec(prod_plan, source)[1]["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == f"backup-{source}"  # the only account bound to that Role
+    assert not [
+        r for r in prod_plan.by_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole") if "backup" in r["name"]
+    ]
 
 
 def test_rclone_secret_configures_the_remote_from_the_environment(known_plan):
-    secret = known_plan.named("cephfs-backup-llm-train-rclone")
-    data = known_plan.revealed[secret["urn"]]["stringData"]
-    assert data["RCLONE_CONFIG_NAS_TYPE"] == "s3" and data["RCLONE_CONFIG_NAS_PROVIDER"] == "Minio"
-    assert data["RCLONE_CONFIG_NAS_ENDPOINT"] == "https://minio.dc.example.internal:9000"
-    assert data["RCLONE_CONFIG_NAS_ACCESS_KEY_ID"] == "backup-writer"
-    assert data["RCLONE_CONFIG_NAS_SECRET_ACCESS_KEY"] == "KNOWN-minio-backup-writer-secret-0123456789"
-    assert known_plan.named("cephfs-backup-llm-train-rclone")["inputs"]["stringData"] == SECRET
+    for source in ("datasets", "checkpoints"):
+        secret = known_plan.named(f"backup-{source}-rclone")
+        data = known_plan.revealed[secret["urn"]]["stringData"]
+        assert data["RCLONE_CONFIG_NAS_TYPE"] == "s3" and data["RCLONE_CONFIG_NAS_PROVIDER"] == "Minio"
+        assert data["RCLONE_CONFIG_NAS_ENDPOINT"] == "https://minio.dc.example.internal:9000"
+        assert data["RCLONE_CONFIG_NAS_ACCESS_KEY_ID"] == f"backup-{source}"
+        assert data["RCLONE_CONFIG_NAS_SECRET_ACCESS_KEY"] == f"KNOWN-minio-backup-{source}-secret-0123456789"
+        assert secret["inputs"]["stringData"] == SECRET
+
+
+def test_restore_credentials_are_one_secret_output_per_source_and_etcd(known_plan):
+    assert known_plan.outputs["minioRestoreCredentials"] == SECRET
+    readers = minio_tier.restore_users(load(stack_doc("prod")).storage.minio)
+    assert readers == {"datasets": "restore-datasets", "checkpoints": "restore-checkpoints", "etcd": "etcd-restore"}
+    shape = minio_tier.restore_credentials(readers, ["k1", "k2", "k3"])
+    assert shape["etcd"] == {"accessKey": "etcd-restore", "secretKey": "k3"}
 
 
 def test_servers_name_only_the_etcd_s3_secret(prod_plan):
@@ -317,7 +472,7 @@ def connection(endpoint: str) -> dict:
 
 
 def test_diff_shows_a_retention_or_policy_change():
-    bucket = {**connection("h:9000"), "bucket": "b", "versioning": True, "noncurrentDays": 30, "expirePrefixes": {}}
+    bucket = {**connection("h:9000"), "bucket": "b", "versioning": True, "noncurrentDays": 30, "lockDays": 0}
     provider = minio_objects.BucketProvider()
     assert not provider.diff("b", bucket, dict(bucket)).changes
     changed = provider.diff("b", bucket, {**bucket, "noncurrentDays": 60})
@@ -352,18 +507,36 @@ class _Recorder(BaseHTTPRequestHandler):
     not installable here (no community binaries), and `rclone serve s3` has no admin API; the point
     is the request shapes MinIO's admin API (madmin v3) and S3 bucket configuration expect."""
 
-    calls: list[tuple[str, str, dict, bytes]] = []
+    calls: list[tuple[str, str, dict, bytes, str, dict]] = []
+    missing_buckets: set[str] = set()  # HEAD answers 404 (NoSuchBucket)
+    missing_users: set[str] = set()  # user-info answers 404 (XMinioAdminNoSuchUser)
+    no_lock = False  # GET ?object-lock answers 404 (ObjectLockConfigurationNotFoundError)
 
     def _handle(self) -> None:
         url = urlsplit(self.path)
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         query = parse_qs(url.query, keep_blank_values=True)
-        self.calls.append((self.command, url.path, query, body, self.headers.get("Authorization", "")))
-        if self.command == "GET" and "versioning" in query:
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        self.calls.append((self.command, url.path, query, body, self.headers.get("Authorization", ""), headers))
+        status = 200
+        if self.command == "HEAD" and url.path.strip("/") in self.missing_buckets:
+            status, payload = 404, b""
+        elif url.path.endswith("/user-info") and query.get("accessKey", [""])[0] in self.missing_users:
+            status, payload = 404, b'{"Code":"XMinioAdminNoSuchUser","Message":"The specified user does not exist"}'
+        elif self.command == "GET" and "object-lock" in query and self.no_lock:
+            status = 404
+            payload = b"<Error><Code>ObjectLockConfigurationNotFoundError</Code><Message>none</Message></Error>"
+        elif self.command == "GET" and "object-lock" in query:
+            payload = (
+                b"<ObjectLockConfiguration><ObjectLockEnabled>Enabled</ObjectLockEnabled></ObjectLockConfiguration>"
+            )
+        elif self.command == "GET" and "versioning" in query:
             payload = b"<VersioningConfiguration></VersioningConfiguration>"
         else:
             payload = b""
-        self.send_response(200)
+        self.send_response(status)
+        if payload.startswith(b"<"):
+            self.send_header("Content-Type", "application/xml")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
@@ -427,19 +600,62 @@ def test_user_requests_have_the_admin_api_shapes(stub):
 
 def test_bucket_versioning_and_lifecycle_requests(stub):
     endpoint, calls = stub
-    props = {
-        **connection(endpoint),
-        "bucket": "cephfs-backup",
-        "versioning": True,
-        "noncurrentDays": 30,
-        "expirePrefixes": {"deleted/": 30},
-    }
+    props = {**connection(endpoint), "bucket": "cephfs-backup", "versioning": True, "noncurrentDays": 30}
     minio_objects.ensure_bucket(minio_objects.s3_client(props), props)
     puts = {next(iter(c[2]), ""): c[3].decode() for c in calls if c[0] == "PUT"}
     assert "<Status>Enabled</Status>" in puts["versioning"]
     lifecycle = puts["lifecycle"]
     assert "<NoncurrentVersionExpiration><NoncurrentDays>30</NoncurrentDays>" in lifecycle
-    assert "<Prefix>deleted/</Prefix>" in lifecycle and "<Expiration><Days>30</Days></Expiration>" in lifecycle
+    # MinIO's ILM removes a delete marker once no version is left behind it (versions expire above).
+    assert "<Expiration><ExpiredObjectDeleteMarker>true</ExpiredObjectDeleteMarker></Expiration>" in lifecycle
+    assert "deleted/" not in lifecycle  # no second copy of what versioning already keeps
+    assert "object-lock" not in puts
+
+
+def test_object_locking_is_set_when_the_bucket_is_made(stub):
+    endpoint, calls = stub
+    props = {**connection(endpoint), "bucket": "etcd-snapshots", "versioning": True, "noncurrentDays": 30}
+    props["lockDays"] = 30
+    _Recorder.missing_buckets = {"etcd-snapshots"}
+    try:
+        minio_objects.ensure_bucket(minio_objects.s3_client(props), props)
+    finally:
+        _Recorder.missing_buckets = set()
+    make = next(c for c in calls if c[0] == "PUT" and c[1] == "/etcd-snapshots" and not c[2])
+    assert make[5].get("x-amz-bucket-object-lock-enabled") == "true"
+    lock = next(c[3].decode() for c in calls if c[0] == "PUT" and "object-lock" in c[2])
+    assert "<Mode>GOVERNANCE</Mode>" in lock and "<Days>30</Days>" in lock
+
+
+def test_object_locking_cannot_be_added_to_an_existing_bucket(stub):
+    endpoint, calls = stub
+    props = {**connection(endpoint), "bucket": "cephfs-backup", "versioning": True, "noncurrentDays": 30}
+    props["lockDays"] = 30
+    _Recorder.no_lock = True
+    try:
+        with pytest.raises(minio_objects.ObjectLockError, match="only when a bucket is created"):
+            minio_objects.ensure_bucket(minio_objects.s3_client(props), props)
+    finally:
+        _Recorder.no_lock = False
+    assert not [c for c in calls if c[0] == "PUT" and "lifecycle" in c[2]], "nothing else changed"
+
+
+def test_providers_read_a_removed_object_as_gone(stub, tmp_path):
+    endpoint, _ = stub
+    props = {**connection(endpoint), "bucket": "cephfs-backup", "versioning": True, "noncurrentDays": 30}
+    assert minio_objects.BucketProvider().read("cephfs-backup", props).id == "cephfs-backup"
+    _Recorder.missing_buckets = {"cephfs-backup"}
+    try:
+        assert minio_objects.BucketProvider().read("cephfs-backup", props).id is None
+    finally:
+        _Recorder.missing_buckets = set()
+    user = {**connection(endpoint), "user": "restore-datasets", "userSecret": "s", "policyName": "p", "policy": "{}"}
+    assert minio_objects.UserProvider().read("restore-datasets", user).id == "restore-datasets"
+    _Recorder.missing_users = {"restore-datasets"}
+    try:
+        assert minio_objects.UserProvider().read("restore-datasets", user).id is None
+    finally:
+        _Recorder.missing_users = set()
 
 
 # --- the NAS host script against stubbed system tools -------------------------------------------
@@ -485,12 +701,22 @@ esac
     # curl -fsSL --retry 3 -o FILE URL (the artifact) | curl -fsS --cacert CA URL (health)
     "curl": """
 echo "curl $*" >>"$STUB_STATE/log"
-out=""; while (($#)); do case $1 in -o) out=$2; shift ;; --cacert) shift ;; -*) ;; *) url=$1 ;; esac; shift; done
+out=""
+while (($#)); do
+  case $1 in -o) out=$2; shift ;; --cacert | --connect-timeout | --max-time | --retry) shift ;; -*) ;; *) url=$1 ;; esac
+  shift
+done
 if [[ -n $out ]]; then cp "$STUB_STATE/artifact" "$out"; else [[ $url == */minio/health/cluster ]]; fi
 """,
     "id": '[[ -e "$STUB_STATE/user-$1" ]]',
     "useradd": 'echo "useradd $*" >>"$STUB_STATE/log"; touch "$STUB_STATE/user-${!#}"',
     "chown": 'echo "chown $*" >>"$STUB_STATE/log"',
+    # dpkg-query -W -f=... PKG: installed when $STUB_STATE/pkg-PKG exists; apt-get install marks them.
+    "dpkg-query": '[[ -e "$STUB_STATE/pkg-${!#}" ]] && echo "install ok installed"; true',
+    "apt-get": """
+echo "apt-get $*" >>"$STUB_STATE/log"
+if [[ $* == *install* ]]; then for p in "$@"; do [[ $p == -* || $p == install ]] || touch "$STUB_STATE/pkg-$p"; done; fi
+""",
 }
 
 ARTIFACT = b"#!/bin/sh\necho minio version RELEASE.2025-09-07T16-13-09Z\n"
@@ -571,14 +797,23 @@ def test_fresh_host_is_set_up_and_health_checked(nas):
     key = nas.root / "etc/minio/certs/private.key"
     assert stat.S_IMODE(key.stat().st_mode) == 0o600 and (nas.root / "etc/minio/certs/CAs/ca.crt").exists()
     fstab = (nas.root / "etc/fstab").read_text().splitlines()
-    assert fstab[0] == "UUID=uuid-nasdisk1 /mnt/minio/drive1 xfs defaults,noatime 0 2" and len(fstab) == 4
+    assert fstab[0] == (
+        "UUID=uuid-nasdisk1 /mnt/minio/drive1 xfs defaults,noatime,nofail,x-systemd.device-timeout=30s 0 2"
+    )
+    assert len(fstab) == 4 and all(",nofail," in line for line in fstab)  # a dead drive does not stop the boot
     log = nas.log()
     assert "mkfs.xfs -q -L mlminio-d01 /dev/nasdisk1" in log and "mkfs.xfs -q -L mlminio-d04 /dev/nasdisk4" in log
     unit = (nas.root / "etc/systemd/system/minio.service").read_text()
     assert "ExecStart=/usr/local/bin/minio server $MINIO_OPTS $MINIO_VOLUMES" in unit
     assert "EnvironmentFile=/etc/default/minio\n" in unit and "LimitNOFILE=1048576" in unit and "Restart=always" in unit
-    assert "systemctl enable --now minio" in log
-    assert log[-1].startswith("curl -fsS --cacert") and log[-1].endswith("/minio/health/cluster")
+    assert "systemctl enable --now --no-block minio" in log  # never blocks on Type=notify
+    assert "TimeoutStartSec=600" in unit and "TimeoutStopSec=300" in unit and "TimeoutSec=infinity" not in unit
+    assert log[-1].startswith("curl -fsS --connect-timeout 5 --max-time 10 --cacert")
+    assert log[-1].endswith("/minio/health/cluster")
+    assert "apt-get install -y -q --no-install-recommends xfsprogs curl chrony" in log
+    assert log.index("apt-get install -y -q --no-install-recommends xfsprogs curl chrony") < log.index(
+        "mkfs.xfs -q -L mlminio-d01 /dev/nasdisk1"
+    )
 
 
 def test_second_run_changes_nothing(nas):
@@ -640,7 +875,8 @@ def test_sha256_mismatch_aborts_before_anything_is_installed(nas):
     assert result.returncode != 0
     assert "nothing was installed" in result.stderr
     assert nas.files() == {}
-    assert [line.split()[0] for line in nas.log()] == ["curl"]
+    # only the tools the step uses (packages) were installed before the download
+    assert [line.split()[0] for line in nas.log()] == ["apt-get", "apt-get", "curl"]
 
 
 def test_parity_change_of_a_deployment_with_data_is_refused(nas):
@@ -680,6 +916,32 @@ def test_parity_may_change_before_first_data(nas):
     assert "restarted minio" in result.stdout
 
 
+@pytest.mark.parametrize("rename", [{"SERVICE": "silo"}, {"BINARY": "silo"}, {"SERVICE": "silo", "BINARY": "silo"}])
+def test_a_renamed_service_or_binary_does_not_start_a_second_server(nas, rename):
+    assert nas.run(nas.params()).returncode == 0
+    (nas.root / "mnt/minio/drive1/data/.minio.sys").mkdir()
+    files, before = nas.files(), len(nas.log())
+    result = nas.run({**nas.params(), **rename})
+    assert result.returncode != 0
+    assert "served by minio (minio)" in result.stderr and "systemctl disable --now minio" in result.stderr
+    assert nas.files() == files
+    assert not any(
+        line.startswith(("mkfs", "mount", "systemctl enable", "systemctl restart")) for line in nas.log()[before:]
+    )
+
+
+def test_a_rename_after_the_old_service_was_disabled_keeps_the_layout_guard(nas):
+    assert nas.run(nas.params(parity=8)).returncode == 0
+    (nas.root / "mnt/minio/drive1/data/.minio.sys").mkdir()
+    (nas.state / "enabled").unlink()  # the operator's `systemctl disable --now minio`
+    changed = nas.run({**nas.params(parity=4), "SERVICE": "silo", "BINARY": "silo"})
+    assert changed.returncode != 0 and "MINIO_STORAGE_CLASS_STANDARD is 'EC:8'" in changed.stderr
+    moved = nas.run({**nas.params(parity=8), "SERVICE": "silo", "BINARY": "silo"})
+    assert moved.returncode == 0, moved.stderr
+    assert (nas.root / "var/lib/ml-platform/minio-deployment").read_text() == "silo silo\n"
+    assert "systemctl enable --now --no-block silo" in nas.log()
+
+
 def test_drive_actions_follow_the_settings_marks():
     settings = load(stack_doc("prod"))
     assert drives_param(settings.nas.hosts[0].drives).split()[0] == "/dev/disk/by-id/wwn-0x5000c500d1a00100=format"
@@ -708,3 +970,60 @@ def test_providers_are_pickled_by_reference_to_an_importable_module(provider):
     blob = base64.b64decode(serialize_provider(provider))
     assert b"components.minio_objects" in blob and len(blob) < 200
     assert type(pickle.loads(blob)) is type(provider)
+
+
+def test_docs_rpo_rto_table_matches_the_sources():
+    doc = (ROOT / "docs" / "minio-tier.md").read_text()
+    rows = re.findall(r"^\| (\w+) \| (\d+)(Ti|Gi) \| 24 h \+ run \| ([\d.]+) h \|$", doc, re.M)
+    sources = load(stack_doc("prod")).storage.minio.backup.sources
+    assert load(stack_doc("prod")).storage.minio.backup.schedule == "30 1 * * *"  # daily: RPO 24 h + a run
+    assert [(name, f"{size}{unit}") for name, size, unit, _ in rows] == [(s.name, s.size) for s in sources]
+    for _, size, unit, hours in rows:
+        seconds = int(size) * (2**40 if unit == "Ti" else 2**30) / 1.25e9
+        assert abs(seconds / 3600 - float(hours)) < 0.06
+
+
+def test_runbook_watches_healing_with_the_header_minio_sets():
+    runbook = (ROOT / "docs" / "runbook.md").read_text()
+    section = runbook.split("## 11. Replacing a failed NAS host", 1)[1].split("\n## ", 1)[0]
+    # MinIO sets X-Minio-Healing-Drives on /minio/health/cluster, counting healing drives only for
+    # ?maintenance=true (minio cmd/healthcheck-handler.go); the status code alone does not say "healing".
+    probe = next(line for line in section.splitlines() if "curl" in line and "maintenance=true" in line)
+    assert "-D -" in probe and "x-minio-healing-drives" in section.lower()
+
+
+def test_a_source_in_the_status_namespace_is_refused():
+    found = problems(mutate=lambda raw: _minio(raw)["backup"]["sources"][1].update(namespace="ml-backup"))
+    assert "holds only the backups' status ConfigMaps" in only(found, "storage.minio.backup.sources[1].namespace")
+
+
+def test_a_source_without_its_size_is_refused():
+    found = problems(mutate=lambda raw: _minio(raw)["backup"]["sources"][0].pop("size"))
+    assert only(found, "storage.minio.backup.sources[0].size")
+
+
+# --- the review names what stops or is refused ---------------------------------------------------
+
+
+def danger_after(mutate) -> list[str]:
+    from stacks import diff as diffs
+
+    base = evaluate("prod")
+    changed = evaluate("prod", mutate)
+    return diffs.compare(json.loads(base.to_json()), json.loads(changed.to_json())).danger
+
+
+def test_review_names_a_removed_backup_source():
+    danger = danger_after(lambda raw: _minio(raw)["backup"]["sources"].pop(1))
+    assert any("backup-checkpoints: the backup of source checkpoints stops" in line for line in danger), danger
+
+
+def test_review_names_object_locking_on_existing_buckets():
+    danger = danger_after(lambda raw: _minio(raw).update(objectLockDays=30))
+    assert sum("object locking asked of the existing bucket" in line for line in danger) == 2, danger
+
+
+def test_review_names_a_renamed_minio_service():
+    danger = danger_after(lambda raw: _minio(raw).update(service="silo", binary="silo"))
+    lines = [line for line in danger if "service minio -> silo, binary minio -> silo" in line]
+    assert len(lines) == 4 and "systemctl disable --now minio" in lines[0], danger

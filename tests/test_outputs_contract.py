@@ -33,6 +33,7 @@ PUBLISHED: dict[str, tuple[str, bool]] = {
     "ibNetworkName": ("string", False),
     "kubeconfig": ("string", True),
     "minioCaCert": ("string", False),
+    "minioRestoreCredentials": ("map[map[string]]", True),
     "minioReadToleranceHosts": ("integer", False),
     "minioUsableFraction": ("number", False),
     "minioWriteToleranceHosts": ("integer", False),

@@ -16,6 +16,8 @@
 #   HEALTH_URL                     https://<this host>:<port>/minio/health/cluster
 #   HEALTH_TIMEOUT                 seconds to wait for write quorum (the other hosts start in parallel)
 #   HOST_ROOT                      tests only: prefix of every file this script writes
+# Packages it uses and installs when missing (apt or dnf): xfsprogs, curl, chrony (MinIO refuses
+# requests between hosts whose clocks differ by more than 15 minutes).
 # Standard input: lines "NAME BASE64" for ROOT_USER, ROOT_PASSWORD, TLS_CERT, TLS_KEY, CA_CERT
 # (secrets travel on stdin, never on a command line).
 #
@@ -33,6 +35,9 @@ ENV_PATH=/etc/default/$SERVICE
 CERTS_DIR=/etc/$SERVICE/certs
 UNIT_PATH=/etc/systemd/system/$SERVICE.service
 FSTAB=$HOST_ROOT/etc/fstab
+# Which service and binary run the deployment on these drives: a renamed service must not start a
+# second server on the same drives while the first one still runs.
+DEPLOYED=$HOST_ROOT/var/lib/ml-platform/minio-deployment
 # Settings MinIO fixes when a deployment is first started: changing them later corrupts nothing only
 # because MinIO refuses or ignores them; say so instead of restarting into an error.
 FIXED_KEYS=(MINIO_VOLUMES MINIO_STORAGE_CLASS_STANDARD MINIO_ERASURE_SET_DRIVE_COUNT)
@@ -64,7 +69,8 @@ download_artifact() {
     return 0
   fi
   tmp=$(mktemp)
-  curl -fsSL --retry 3 -o "$tmp" "$ARTIFACT_URL" || fail "could not download $ARTIFACT_URL"
+  curl -fsSL --retry 3 --connect-timeout 20 --max-time 1800 -o "$tmp" "$ARTIFACT_URL" ||
+    fail "could not download $ARTIFACT_URL"
   actual=$(sha256sum "$tmp" | cut -d' ' -f1)
   if [[ $actual != "$ARTIFACT_SHA256" ]]; then
     rm -f "$tmp"
@@ -75,11 +81,35 @@ download_artifact() {
 
 env_value() { sed -n "s/^$1=//p" <<<"$2"; }
 
+install_packages() {
+  if command -v apt-get >/dev/null 2>&1; then
+    ensure_packages debian xfsprogs curl chrony
+  elif command -v dnf >/dev/null 2>&1; then
+    ensure_packages rhel xfsprogs curl chrony
+  else
+    fail "neither apt-get nor dnf found: install xfsprogs, curl and chrony on this NAS host, then run the step again"
+  fi
+}
+
+# guard_renamed_service: the service or binary name changed (e.g. minio -> silo). The old unit
+# must be stopped and disabled by hand first; then the fixed settings are checked against its env file.
+guard_renamed_service() {
+  local old_service old_binary
+  old_env_path=$ENV_PATH
+  [[ -f $DEPLOYED ]] || return 0
+  read -r old_service old_binary <"$DEPLOYED"
+  [[ $old_service == "$SERVICE" && $old_binary == "$BINARY" ]] && return 0
+  if systemctl is-active --quiet "$old_service" || systemctl is-enabled --quiet "$old_service"; then
+    fail "these drives are served by $old_service ($old_binary), and the settings ask for $SERVICE ($BINARY): starting it now would run two servers on the same drives. On every NAS host first run 'systemctl disable --now $old_service', then run the step again (docs/minio-tier.md, 'Moving to a fork')"
+  fi
+  old_env_path=/etc/default/$old_service
+}
+
 # guard_fixed_settings: refuse to change what MinIO fixed at first start, once drives hold data.
 guard_fixed_settings() {
   local current key old new
-  [[ -f $HOST_ROOT$ENV_PATH ]] || return 0
-  current=$(cat "$HOST_ROOT$ENV_PATH")
+  [[ -f $HOST_ROOT$old_env_path ]] || return 0
+  current=$(cat "$HOST_ROOT$old_env_path")
   compgen -G "$HOST_ROOT$MOUNT_ROOT/drive*/data/.minio.sys" >/dev/null || return 0
   for key in "${FIXED_KEYS[@]}"; do
     old=$(env_value "$key" "$current")
@@ -176,8 +206,9 @@ format_drive() {
 mount_drive() {
   local dev=$1 real=$2 mnt=$3 mounts=$4
   probe "$real"
-  # No nofail: MinIO must not start with a drive missing under its mount point (upstream advice).
-  ensure_fstab "$mnt" "UUID=$fs_uuid $mnt xfs defaults,noatime 0 2"
+  # nofail: a dead drive must not stop the host from booting (MinIO then reports that drive offline:
+  # it writes into driveN/data, which is absent without the drive); the device wait is bounded.
+  ensure_fstab "$mnt" "UUID=$fs_uuid $mnt xfs defaults,noatime,nofail,x-systemd.device-timeout=30s 0 2"
   if [[ ! -d $HOST_ROOT$mnt ]]; then
     install -d -m 0755 "$HOST_ROOT$mnt"
     changed "created $mnt"
@@ -225,7 +256,10 @@ Restart=always
 LimitNOFILE=1048576
 MemoryAccounting=no
 TasksMax=infinity
-TimeoutSec=infinity
+# Bounded: a server that never reports ready fails its start instead of hanging systemctl and this
+# step. A stop still never SIGKILLs MinIO (upstream: SendSIGKILL=no), it gives up waiting after 5 min.
+TimeoutStartSec=600
+TimeoutStopSec=300
 OOMScoreAdjust=-1000
 SendSIGKILL=no
 
@@ -235,7 +269,9 @@ EOF
 }
 
 read_secrets
+install_packages
 artifact=$(download_artifact)
+guard_renamed_service
 guard_fixed_settings
 
 read -ra entries <<<"$DRIVES"
@@ -271,12 +307,16 @@ if write_file "$HOST_ROOT$UNIT_PATH" 0644 "$(unit_text)"; then
   restart=true
 fi
 
+write_file "$DEPLOYED" 0644 "$SERVICE $BINARY" || true
+# --no-block: with Type=notify a start waits for MinIO's ready message, which needs the other hosts;
+# the health wait below is the bounded check.
 if ! systemctl is-enabled --quiet "$SERVICE"; then
-  systemctl enable --now "$SERVICE"
+  systemctl enable --now --no-block "$SERVICE"
   changed "enabled and started $SERVICE"
 elif [[ $restart == true ]] || ! systemctl is-active --quiet "$SERVICE"; then
-  systemctl restart "$SERVICE"
+  systemctl restart --no-block "$SERVICE"
   changed "restarted $SERVICE"
 fi
 # 200 only when the deployment has write quorum: the other NAS hosts start in parallel.
-wait_until "$HEALTH_TIMEOUT" "$HEALTH_URL (write quorum)" curl -fsS --cacert "$HOST_ROOT$CERTS_DIR/CAs/ca.crt" "$HEALTH_URL"
+wait_until "$HEALTH_TIMEOUT" "$HEALTH_URL (write quorum)" \
+  curl -fsS --connect-timeout 5 --max-time 10 --cacert "$HOST_ROOT$CERTS_DIR/CAs/ca.crt" "$HEALTH_URL"

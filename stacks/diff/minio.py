@@ -1,4 +1,5 @@
-"""Danger on the NAS: drives that leave MinIO's server pool, and a changed pool definition."""
+"""Danger on the NAS: drives that leave MinIO's server pool, a changed pool definition, a renamed
+MinIO service, object locking asked of an existing bucket, and a backup source that stops."""
 
 from __future__ import annotations
 
@@ -93,7 +94,55 @@ def pool_size(volumes: str) -> str:
     return "?" if volumes == "?" else str(size)
 
 
+def _service_rename_danger(sides: Sides) -> list[str]:
+    """minio-nas.sh's SERVICE or BINARY changed: refused on every host while the old unit runs."""
+    lines = []
+    for e in sides.entries:
+        old, new = sides.before.get(e.urn), sides.after.get(e.urn)
+        if not old or not new or command_script(old["inputs"].get("create")) != "minio-nas.sh":
+            continue
+        was, now = command_env(old["inputs"]["create"]), command_env(new["inputs"]["create"])
+        names = [(key, was.get(key), now.get(key)) for key in ("SERVICE", "BINARY") if was.get(key) != now.get(key)]
+        if names:
+            change = ", ".join(f"{key.lower()} {a} -> {b}" for key, a, b in names)
+            lines.append(
+                f"{e.name}: MinIO {change}: the step refuses to start a second server on the same drives while "
+                f"the old unit runs; first `systemctl disable --now {was.get('SERVICE')}` on every NAS host "
+                "(docs/minio-tier.md, 'Moving to a fork')"
+            )
+    return lines
+
+
+def _object_lock_danger(sides: Sides) -> list[str]:
+    """Object locking asked of a bucket that exists without it: S3 allows it only at creation."""
+    lines = []
+    for e in sides.entries:
+        old, new = sides.before.get(e.urn), sides.after.get(e.urn)
+        if not old or not new or e.action == "create" or "lockDays" not in new["inputs"]:
+            continue
+        if not old["inputs"].get("lockDays") and new["inputs"].get("lockDays"):
+            lines.append(
+                f"{e.name}: object locking asked of the existing bucket {new['inputs'].get('bucket')}: S3 turns it "
+                "on only when a bucket is created, so the up stops at this bucket; use a new bucket name "
+                "(docs/minio-tier.md, 'Object locking')"
+            )
+    return lines
+
+
+def _backup_stop_danger(sides: Sides) -> list[str]:
+    """A backup source's CronJob deleted: no more backups of it (its copy in MinIO stays)."""
+    return [
+        f"{e.name}: the backup of source {sides.before[e.urn]['inputs']['metadata']['name']} stops (its CronJob, "
+        "credentials and status go; what MinIO holds stays, old versions expire after noncurrentRetentionDays)"
+        for e in sides.entries
+        if e.action == "delete" and e.type == "kubernetes:batch/v1:CronJob" and e.name.startswith("backup-")
+    ]
+
+
 CLASSES = (
     DangerClass("NAS drives leaving MinIO's pool: a NAS host removed, drives taken off or replaced", _drive_danger),
     DangerClass("MinIO's pool definition changed (drive count, erasure set size, parity)", _pool_danger),
+    DangerClass("MinIO's service or binary renamed on the NAS hosts", _service_rename_danger),
+    DangerClass("Object locking asked of an existing bucket", _object_lock_danger),
+    DangerClass("A backup source removed: its backups stop", _backup_stop_danger),
 )
