@@ -135,7 +135,7 @@ def chart_values(mon: MonitoringSettings, block_storage_class: Optional[str]) ->
             "persistence": {"enabled": True, "storageSize": mon.database.storage_size},
         },
         "zabbixServer": {
-            "replicaCount": 1,
+            # One server: the chart ignores `replicaCount` without zabbixServerHA (which needs an external DB).
             "zabbixServerHA": {"enabled": False},
             # Active agents on the NAS hosts reach the trapper port through this NodePort.
             "service": {"type": "NodePort", "nodePort": mon.server_node_port},
