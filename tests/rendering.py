@@ -6,7 +6,7 @@ tests skip naming the fetch command (`requires_upstream`), or fail with MLP_REFE
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from stacks import engine, render
 from tests.conftest import evaluate, requires_upstream
@@ -15,12 +15,12 @@ VARIANTS = [("prod", False), ("prod", True), ("lab", False), ("lab", True)]
 VARIANT_IDS = [f"{stack}-cis" if cis else stack for stack, cis in VARIANTS]
 
 
-@lru_cache(maxsize=None)
+@cache
 def plan(stack: str, cis: bool = False) -> engine.Plan:
     return evaluate(stack, (lambda raw: raw["cluster"].update({"cisProfile": True})) if cis else None)
 
 
-@lru_cache(maxsize=None)
+@cache
 def rendered(stack: str, cis: bool = False) -> tuple[render.Rendered, ...]:
     requires_upstream("charts-src")
     return tuple(render.render_plan(plan(stack, cis)))
