@@ -70,14 +70,14 @@ class Rendered:
         return [o for o in self.objects if o.get("kind") in kinds]
 
 
-def _resources(plan: Any) -> list[dict[str, Any]]:
+def resources(plan: Any) -> list[dict[str, Any]]:
     return plan["resources"] if isinstance(plan, Mapping) else plan.resources
 
 
 def releases(plan: Any) -> list[Release]:
     """The Helm releases of a plan (an `engine.Plan` or its JSON), in plan order."""
     found = []
-    for r in _resources(plan):
+    for r in resources(plan):
         if r["type"] != RELEASE_TYPE:
             continue
         inputs = r["inputs"]
@@ -96,7 +96,7 @@ def releases(plan: Any) -> list[Release]:
 
 def kube_version(plan: Any) -> str:
     """The Kubernetes version the plan deploys (`v1.35.7`), from its RKE2 upgrade Plans' `version`."""
-    for r in _resources(plan):
+    for r in resources(plan):
         if r["type"] == UPGRADE_PLAN_TYPE and isinstance(r["inputs"].get("spec", {}).get("version"), str):
             return r["inputs"]["spec"]["version"].split("+", 1)[0]
     raise RenderError("the plan deploys no RKE2 upgrade Plan: no Kubernetes version to render for")
@@ -144,7 +144,12 @@ def render_chart(
     helm_cli = os.environ.get("MLP_HELM")
     if helm_cli:
         return _render_cli(helm_cli, directory, values, name=name, namespace=namespace, kube_version=kube_version)
-    from helm_python import Chart, HelmError, _native
+    try:
+        from helm_python import Chart, HelmError, _native
+    except ImportError:
+        raise RenderError(
+            "helm-python-sdk is not installed: `pip install -r requirements-dev.lock` (or set MLP_HELM to a helm CLI)"
+        ) from None
 
     options = {"name": name, "namespace": namespace, "is_install": True, "kube_version": kube_version}
     try:
