@@ -104,7 +104,11 @@ def test_secret_data_is_masked():
 def test_statefulset_volume_template_change_cannot_be_applied():
     release = rollouts.render.Release("db", "zabbix", "7.0.12", "zabbix", "monitoring", {})
     template = {"metadata": {"name": "data"}, "spec": {"resources": {"requests": {"storage": "50Gi"}}}}
-    old = {"kind": "StatefulSet", "metadata": {"name": "pg", "namespace": "monitoring"}, "spec": {"volumeClaimTemplates": [template]}}  # noqa: E501
+    old = {
+        "kind": "StatefulSet",
+        "metadata": {"name": "pg", "namespace": "monitoring"},
+        "spec": {"volumeClaimTemplates": [template]},
+    }  # noqa: E501
     bigger = json.loads(json.dumps(old).replace("50Gi", "100Gi"))
     said, danger = rollouts.restarts(release, rollouts.compare_objects([old], [bigger]), [])
     assert danger == said and len(danger) == 1
