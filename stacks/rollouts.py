@@ -47,6 +47,15 @@ GPU_COMPONENTS = {
     "migManager": "restarts the MIG manager",
     "validator": "re-runs the validator",
 }
+# NicClusterPolicy components the Network Operator runs as DaemonSets on the nodes the policy selects.
+NIC_POLICY_TYPE = "kubernetes:mellanox.com/v1alpha1:NicClusterPolicy"
+NIC_COMPONENTS = {
+    "ofedDriver": "replaces the DOCA-OFED driver (the node's InfiniBand links go down while it reloads; RDMA jobs "
+    "there fail)",
+    "rdmaSharedDevicePlugin": "restarts the RDMA shared device plugin (RDMA devices are re-advertised)",
+    "secondaryNetwork": "restarts Multus and the IPoIB CNI",
+    "nvIpam": "restarts nv-ipam",
+}
 MASK = "(changed; value not shown)"
 PLACEHOLDERS = tuple(render.PLACEHOLDER.values())
 
@@ -379,17 +388,19 @@ def restarts(
 class Report:
     releases: list[ReleaseRollout]
     problems: list[str]  # releases that could not be rendered, with why
+    operators: list[str] = field(default_factory=list)  # operator-managed DaemonSets of the program's own CRs
 
     @property
     def danger(self) -> list[str]:
-        return [d for r in self.releases for d in r.danger]
+        return [d for r in self.releases for d in r.danger] + self.operators
 
     def text(self) -> str:
-        if not self.releases and not self.problems:
+        if not self.releases and not self.problems and not self.operators:
             return ""
         lines = ["ROLLOUTS (Helm releases whose chart, version or values change, rendered by Helm and compared):"]
         for problem in self.problems:
             lines.append(f"  cannot compare: {problem}")
+        lines += [f"  restarts: {line}" for line in self.operators]
         for r in self.releases:
             lines += [f"  {line}" for line in r.lines()]
         return "\n".join(lines)
@@ -422,7 +433,29 @@ def compare(base: Any, head: Any) -> Report:
         changes = compare_objects(old_objects, new_objects, unstable)
         said, danger = restarts(new, changes, inventory)
         found.append(ReleaseRollout(new, before.version, changes, said, danger))
-    return Report(found, problems)
+    return Report(found, problems, nic_policy_rollouts(base, head, inventory))
+
+
+def nic_policy_rollouts(base: Any, head: Any, inventory: list[Node]) -> list[str]:
+    """The Network Operator's DaemonSets that a changed NicClusterPolicy (a resource of the program, not of a
+    chart) restarts, on the nodes its node affinity and tolerations select."""
+    old = {r["name"]: r for r in render.resources(base) if r["type"] == NIC_POLICY_TYPE}
+    lines = []
+    for policy in (r for r in render.resources(head) if r["type"] == NIC_POLICY_TYPE):
+        before = (old.get(policy["name"]) or {}).get("inputs", {}).get("spec")
+        after = policy["inputs"].get("spec") or {}
+        if before is None or before == after:
+            continue
+        placement_changed = any(before.get(k) != after.get(k) for k in ("nodeAffinity", "tolerations"))
+        spec = {"affinity": {"nodeAffinity": after.get("nodeAffinity") or {}}, "tolerations": after.get("tolerations")}
+        where = runs_on(spec, inventory)
+        for component, effect in NIC_COMPONENTS.items():
+            if component in after and (placement_changed or before.get(component) != after.get(component)):
+                lines.append(
+                    f"{policy['name']}: NicClusterPolicy {component} changes: the Network Operator {effect} on "
+                    f"{len(where)} nodes ({_who(where)})"
+                )
+    return lines
 
 
 # --- into the review's diff ----------------------------------------------------------------------------------

@@ -139,3 +139,23 @@ def test_review_writes_the_rollouts_into_its_diff(prod_base, tmp_path: Path):
     head_json.write_text(json.dumps(head))
     report = review.helm_rollouts(base_json, head_json)
     assert [r.release.resource for r in report.releases] == ["gpu-operator"] and len(report.danger) == 1
+
+
+def test_ofed_driver_bump_replaces_the_driver_on_the_infiniband_nodes():
+    def ofed(version):
+        def mutate(raw):
+            raw["network"]["infiniband"].update({"hostStack": "ofed", "docaDriverVersion": version})
+
+        return mutate
+
+    requires_upstream("charts-src")
+    base = changed(ofed("doca3.4.1-26.04-1.1.0.0-1"))
+    head = changed(ofed("doca3.4.2-26.07-1.0.0.0-1"))
+    report = rollouts.compare(base, head)
+    assert report.releases == []  # no chart changes: the NicClusterPolicy is the program's own resource
+    assert report.danger == [
+        "network-nic-cluster-policy: NicClusterPolicy ofedDriver changes: the Network Operator replaces the "
+        "DOCA-OFED driver (the node's InfiniBand links go down while it reloads; RDMA jobs there fail) on 15 nodes "
+        "(gpu-01 ... gpu-15)"
+    ]
+    assert report.text().splitlines()[1] == f"  restarts: {report.danger[0]}"
