@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -33,7 +34,7 @@ import yaml
 from stacks.reference import FETCH_COMMAND, reference_dir
 
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
-UPGRADE_PLAN_TYPE = "kubernetes:upgrade.cattle.io/v1:Plan"
+COMMAND_TYPE = "command:remote:Command"
 SECRET, UNKNOWN = "[secret]", "[unknown]"
 # What a secret or unknown string value renders as: recognisable in manifests, masked in review diffs.
 PLACEHOLDER = {SECRET: "placeholder-secret", UNKNOWN: "placeholder-unknown"}
@@ -96,11 +97,17 @@ def releases(plan: Any) -> list[Release]:
 
 
 def kube_version(plan: Any) -> str:
-    """The Kubernetes version the plan deploys (`v1.35.7`), from its RKE2 upgrade Plans' `version`."""
+    """The Kubernetes version the cluster runs (`v1.35.7`): the RKE2 release its nodes' install steps
+    install (`RKE2_VERSION`, the deployed release while an upgrade is pending), without `+rke2rN`."""
+    found = set()
     for r in resources(plan):
-        if r["type"] == UPGRADE_PLAN_TYPE and isinstance(r["inputs"].get("spec", {}).get("version"), str):
-            return r["inputs"]["spec"]["version"].split("+", 1)[0]
-    raise RenderError("the plan deploys no RKE2 upgrade Plan: no Kubernetes version to render for")
+        command = r["inputs"].get("create") if r["type"] == COMMAND_TYPE and r["name"].endswith("-rke2") else None
+        match = re.search(r"\bRKE2_VERSION=(v[0-9][^\s+']*)", command) if isinstance(command, str) else None
+        if match:
+            found.add(match.group(1))
+    if not found:
+        raise RenderError("the plan installs no RKE2 node: no Kubernetes version to render for")
+    return min(found, key=lambda v: tuple(int(n) for n in re.findall(r"\d+", v)))
 
 
 def chart_dir(release: Release) -> Path:

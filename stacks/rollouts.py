@@ -29,6 +29,7 @@ import yaml
 
 from stacks import render
 
+NODE_PATCH_TYPE = "kubernetes:core/v1:NodePatch"
 # The pod template of these kinds restarts pods when it changes.
 WORKLOADS = ("DaemonSet", "Deployment", "StatefulSet")
 # DaemonSets whose restart on a node disturbs every pod there, by chart: what they are.
@@ -80,10 +81,14 @@ def _command_env(command: Any) -> dict[str, str]:
 
 def nodes(plan: Any) -> list[Node]:
     """The cluster's nodes with the labels and taints they get: RKE2's `node-label` / `node-taint` from each
-    node's RKE2 step, RKE2's own role labels on servers, and the hardware labels NFD and the GPU Operator add
-    (NVIDIA GPU: PCI vendor 10de; Mellanox NIC: 15b3, on nodes with an InfiniBand step)."""
+    node's RKE2 step (and a `NodePatch` of the Node, when the plan applies them through the API), RKE2's own
+    role labels on servers, and the hardware labels NFD and the GPU Operator add (NVIDIA GPU: PCI vendor
+    10de; Mellanox NIC: 15b3, on nodes with an InfiniBand step)."""
     resources = render.resources(plan)
     names = {r["name"] for r in resources}
+    patches = {
+        (r["inputs"].get("metadata") or {}).get("name"): r["inputs"] for r in resources if r["type"] == NODE_PATCH_TYPE
+    }
     found = []
     for r in resources:
         if r["type"] != "command:remote:Command" or not r["name"].endswith("-rke2"):
@@ -104,6 +109,11 @@ def nodes(plan: Any) -> list[Node]:
             key_value, effect = taint.rsplit(":", 1)
             key, _, value = key_value.partition("=")
             taints.append((key, value, effect))
+        patch = patches.get(name)
+        if patch is not None:  # labels and taints applied through the API after registration
+            labels.update((patch.get("metadata") or {}).get("labels") or {})
+            if "taints" in (patch.get("spec") or {}):
+                taints = [(t["key"], t.get("value") or "", t["effect"]) for t in patch["spec"]["taints"] or []]
         found.append(Node(name, labels, tuple(taints)))
     return sorted(found, key=lambda n: n.name)
 

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from stacks import reference, render
-from tests.conftest import stack_doc
+from tests.conftest import evaluate, stack_doc
 from tests.rendering import VARIANT_IDS, VARIANTS, plan, release, rendered
 
 
@@ -44,6 +44,11 @@ def test_the_plans_values_are_what_helm_renders():
 def test_kubernetes_version_is_the_one_rke2_deploys():
     version = stack_doc("prod")["cluster"]["rke2Version"]
     assert render.kube_version(plan("prod")) == version.split("+")[0]
+    # While an upgrade is pending the cluster still runs the deployed release.
+    upgrading = evaluate(
+        "lab", lambda raw: raw["cluster"].update({"rke2Version": "v1.35.8+rke2r1", "deployedRke2Version": version})
+    )
+    assert render.kube_version(upgrading) == version.split("+")[0]
 
 
 def test_install_hooks_only():

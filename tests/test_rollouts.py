@@ -5,6 +5,7 @@ node-wide rollouts of node-critical DaemonSets under Danger."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,25 @@ def test_ofed_driver_bump_replaces_the_driver_on_the_infiniband_nodes():
         "(gpu-01 ... gpu-15)"
     ]
     assert report.text().splitlines()[1] == f"  restarts: {report.danger[0]}"
+
+
+def test_labels_and_taints_applied_through_the_api_count_too():
+    config = "node-name: gpu-09\nnode-label:\n- ml-platform.io/role=gpu\n"
+    step = {
+        "type": "command:remote:Command",
+        "name": "gpu-09-rke2",
+        "inputs": {"create": f"sudo -n env NODE_NAME=gpu-09 RKE2_CONFIG={shlex.quote(config)} bash -c 'true'"},
+    }
+    patch = {
+        "type": rollouts.NODE_PATCH_TYPE,
+        "name": "gpu-09-labels-taints",
+        "inputs": {
+            "metadata": {"name": "gpu-09", "labels": {"team": "vision"}},
+            "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]},
+        },
+    }
+    (alone,) = rollouts.nodes({"resources": [step]})
+    assert alone.taints == () and alone.labels["ml-platform.io/role"] == "gpu"
+    (node,) = rollouts.nodes({"resources": [step, patch]})
+    assert node.taints == (("nvidia.com/gpu", "true", "NoSchedule"),) and node.labels["team"] == "vision"
+    assert rollouts.runs_on({"tolerations": []}, [node]) == []
