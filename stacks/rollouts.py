@@ -323,10 +323,14 @@ def _template_changed(change: ObjectChange) -> bool:
     return any(p.startswith("spec.template.") for p in change.paths)
 
 
-def _who(inventory: list[Node]) -> str:
-    if len(inventory) <= 5:
-        return ", ".join(n.name for n in inventory)
-    return f"{inventory[0].name} ... {inventory[-1].name}"
+def _nodes(inventory: list[Node]) -> str:
+    """`15 nodes (gpu-01 ... gpu-15)`; up to five are named."""
+    if not inventory:
+        return "no node"
+    names = (
+        ", ".join(n.name for n in inventory) if len(inventory) <= 5 else f"{inventory[0].name} ... {inventory[-1].name}"
+    )
+    return f"{len(inventory)} node{'s' if len(inventory) > 1 else ''} ({names})"
 
 
 def _max_unavailable(ds: Mapping[str, Any]) -> str:
@@ -354,7 +358,7 @@ def restarts(
             what = NODE_CRITICAL_CHARTS.get(release.chart)
             line = (
                 f"{release.resource}: DaemonSet {namespace}/{name}{f' ({what})' if what else ''} restarts its pods "
-                f"on {len(where)} nodes ({_who(where)}), {_max_unavailable(c.new)}"
+                f"on {_nodes(where)}, {_max_unavailable(c.new)}"
             )
             said.append(line)
             if what and where:
@@ -375,7 +379,7 @@ def restarts(
                 if any(p.startswith(f"spec.{component}.") for p in c.paths):
                     line = (
                         f"{release.resource}: ClusterPolicy {component} changes: the GPU Operator {effect} on every "
-                        f"GPU node, {len(gpu_nodes)} nodes ({_who(gpu_nodes)})"
+                        f"GPU node, {_nodes(gpu_nodes)}"
                     )
                     said.append(line)
                     danger.append(line)
@@ -384,7 +388,7 @@ def restarts(
             where = runs_on(spec, inventory)
             line = (
                 f"{release.resource}: CSI Driver {name} changes its node plugin: the ceph-csi operator restarts the "
-                f"node plugin DaemonSet (the CSI node plugin) on {len(where)} nodes ({_who(where)})"
+                f"node plugin DaemonSet (the CSI node plugin) on {_nodes(where)}"
             )
             said.append(line)
             danger.append(line)
@@ -463,7 +467,7 @@ def nic_policy_rollouts(base: Any, head: Any, inventory: list[Node]) -> list[str
             if component in after and (placement_changed or before.get(component) != after.get(component)):
                 lines.append(
                     f"{policy['name']}: NicClusterPolicy {component} changes: the Network Operator {effect} on "
-                    f"{len(where)} nodes ({_who(where)})"
+                    f"{_nodes(where)}"
                 )
     return lines
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from stacks import diff, review, rollouts
-from tests.conftest import evaluate, requires_upstream, stack_doc
+from tests.conftest import ROOT, evaluate, requires_upstream, stack_doc
 
 
 @pytest.fixture(scope="module")
@@ -182,3 +185,44 @@ def test_labels_and_taints_applied_through_the_api_count_too():
     (node,) = rollouts.nodes({"resources": [step, patch]})
     assert node.taints == (("nvidia.com/gpu", "true", "NoSchedule"),) and node.labels["team"] == "vision"
     assert rollouts.runs_on({"tolerations": []}, [node]) == []
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "expected"),
+    [
+        (
+            "gpu",
+            "driver",
+            {"managedBy": "operator", "version": "595.100.01"},
+            "gpu-operator: ClusterPolicy driver changes: the GPU Operator replaces the NVIDIA driver (driver pods "
+            "restart; GPU pods on each node are evicted first) on every GPU node, 1 node (lab-gpu)",
+        ),
+        (
+            "network",
+            "kubeProxyReplacement",
+            False,
+            "network-cni: DaemonSet kube-system/cilium (the CNI) restarts its pods on 5 nodes (lab-cpu-1, lab-cpu-2, "
+            "lab-cpu-3, lab-gpu, lab-server), rolling, 2 node(s) at a time",
+        ),
+    ],
+    ids=["gpu-driver-bump", "cilium-setting"],
+)
+def test_the_review_names_the_rollout_with_its_node_count_in_danger(tmp_path, section, key, value, expected):
+    # `python -m stacks.review` as CI runs it: both sides planned from their trees, then diffed and rendered.
+    requires_upstream("charts-src")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+    base = review.export(commit.stdout.strip(), tmp_path / "base")
+    head = review.Side("head", tmp_path / "head")
+    shutil.copytree(base.tree, head.tree)
+    doc = yaml.safe_load((head.tree / "Pulumi.lab.yaml").read_text())
+    doc["config"][f"ml-platform:{section}"][key] = value
+    (head.tree / "Pulumi.lab.yaml").write_text(yaml.safe_dump(doc))
+    out = tmp_path / "out"
+    out.mkdir()
+    result = review.review_stack("lab", base, head, out)
+    assert result.ok, result.note
+    text = (out / "diff-lab.txt").read_text().splitlines()
+    danger = text[text.index(rollouts.TEXT_DANGER) + 1 :]
+    assert f"  ! {expected}" in danger[: danger.index("")]
+    assert f"- :warning: {expected}" in (out / "diff-lab.md").read_text()
+    assert f"- :warning: {expected}" in review.markdown([result], base, head)
