@@ -58,6 +58,14 @@ NIC_COMPONENTS = {
     "nvIpam": "restarts nv-ipam",
 }
 MASK = "(changed; value not shown)"
+# What this module puts under Danger (docs/safety.md lists them with the diff's own classes).
+DANGER_TITLES = (
+    "a node-critical DaemonSet (the CNI, the monitoring agent) whose pod template changes, on N nodes",
+    "a GPU Operator component (driver, toolkit, device plugin, ...) changed: rolled on every GPU node",
+    "a CSI Driver's node plugin changed: rolled on the nodes it reaches",
+    "a NicClusterPolicy component (DOCA-OFED driver, RDMA device plugin, Multus/IPoIB, nv-ipam) changed",
+    "a StatefulSet's volumeClaimTemplates changed (Kubernetes refuses the update)",
+)
 PLACEHOLDERS = tuple(render.PLACEHOLDER.values())
 
 
