@@ -2,6 +2,8 @@
 # make test                              lint + workflow lint + the whole test suite (what CI runs)
 # make lint                              ruff
 # make docs                              regenerate docs/settings.md, docs/stack-config.schema.json, docs/air-gap.md
+# make images                            docs/images.md: every image each Helm release runs, per stack, rendered by
+#                                        Helm from the reference charts (`make reference` first)
 # make lint-workflows                    actionlint (with shellcheck on `run:` scripts) + the GitHub workflow schema
 # make install                           only the venv with the runtime requirements (what `pulumi up` uses)
 # make lock                              re-pin requirements.lock / requirements-dev.lock from the ranges in
@@ -12,7 +14,7 @@ PY := $(VENV)/bin/python
 PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check
 PIP_COMPILE := $(VENV)/bin/pip-compile --quiet --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: plan test lint lint-workflows install docs bench lock
+.PHONY: plan test lint lint-workflows install docs images bench lock
 
 # Installs the exact versions of the lock files: a provider SDK cannot change under a reviewed plan.
 $(VENV)/.runtime: requirements.lock
@@ -36,6 +38,10 @@ plan: $(VENV)/.runtime
 # Generated from the settings models (stacks/docs.py); tests/test_docs.py fails when they are stale.
 docs: $(VENV)/.runtime
 	$(PY) -m stacks.docs
+
+# The image list an air-gapped site mirrors (stacks/render.py); tests/test_render_checks.py fails when stale.
+images: $(VENV)/.dev
+	$(PY) -m stacks.render prod lab --out docs/images.md
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .

@@ -234,8 +234,8 @@ def csi_drivers_values(namespace: str) -> dict[str, Any]:
         "drivers": {
             "rbd": driver("rbd", "volumeSnapshot"),
             "cephfs": driver("cephfs", "volumeSnapshot"),
-            "nfs": {"enabled": False, "name": f"{namespace}.nfs.csi.ceph.com"},
-            "nvmeof": {"enabled": False, "name": f"{namespace}.nvmeof.csi.ceph.com"},
+            "nfs": {"enabled": False},
+            "nvmeof": {"enabled": False},
         },
     }
 
@@ -296,8 +296,8 @@ def cluster_values(ceph: CephSettings, storage_hosts: Sequence[NodeSettings]) ->
         # The toolbox gives operators the `ceph` CLI: kubectl -n <ns> exec deploy/rook-ceph-tools -- ceph status
         "toolbox": {"enabled": True},
         # No Prometheus Operator here: no ServiceMonitor/PrometheusRule. The mgr's Prometheus module
-        # stays on (metricsDisabled false) for Zabbix to scrape.
-        "monitoring": {"enabled": False, "metricsDisabled": False, "createPrometheusRules": False},
+        # (on unless cephClusterSpec.monitoring turns it off) serves the metrics Zabbix scrapes.
+        "monitoring": {"enabled": False, "createPrometheusRules": False},
         "cephClusterSpec": ceph_cluster_spec(ceph, storage_hosts),
         "cephBlockPools": [
             {

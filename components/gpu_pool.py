@@ -268,6 +268,8 @@ def provisioner_values(tier1: Tier1Settings) -> dict[str, Any]:
         "tolerations": [GPU_TOLERATION],
         # PVs are owned by their Node: a GPU node removed from the cluster takes its local PVs with it.
         "setPVOwnerRef": True,
+        # The chart's commented example (values.yaml `resources`); requests only.
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
     }
 
 

@@ -239,6 +239,9 @@ def gpu_node_selector_terms() -> list[dict[str, Any]]:
     return [{"matchExpressions": [{"key": ROLE_LABEL, "operator": "In", "values": ["gpu"]}]}]
 
 
+CILIUM_AGENT_REQUESTS = {"cpu": "100m", "memory": "512Mi"}
+
+
 def cilium_values(network: NetworkSettings, cluster: ClusterSettings, multus: bool) -> dict[str, Any]:
     """Cilium on RKE2 started with `cni: none`."""
     values: dict[str, Any] = {
@@ -252,10 +255,14 @@ def cilium_values(network: NetworkSettings, cluster: ClusterSettings, multus: bo
         "kubeProxyReplacement": network.kube_proxy_replacement,
         # The agent runs on every node, GPU and storage nodes included, whatever their taints.
         "tolerations": [{"operator": "Exists"}],
-        "envoy": {"tolerations": [{"operator": "Exists"}]},
+        "envoy": {"tolerations": [{"operator": "Exists"}], "resources": {"requests": CILIUM_AGENT_REQUESTS}},
         # A changed configuration takes effect: the pods roll when their ConfigMap changes.
         "rollOutCiliumPods": True,
-        "operator": {"rollOutPods": True},
+        "operator": {"rollOutPods": True, "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}},
+        # Requests only (no limits: a throttled or OOM-killed CNI agent takes its node's pods down with it);
+        # the chart's commented examples (values.yaml `resources`, `operator.resources`).
+        "resources": {"requests": CILIUM_AGENT_REQUESTS},
+        "initResources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
         # Multus (IPoIB network) writes its own CNI configuration in front of Cilium's; an exclusive
         # Cilium would rename it away.
         "cni": {"exclusive": not multus},

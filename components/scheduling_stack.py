@@ -399,7 +399,16 @@ def kueue_values(sched: SchedulingSettings, unaccounted_resources: Sequence[str]
 
 def volcano_values() -> dict[str, Any]:
     """Values of the volcano chart; every key exists in its values.yaml at the pinned version."""
-    return {"custom": {"scheduler_config_override": yaml.safe_dump(VOLCANO_SCHEDULER_CONF, sort_keys=False)}}
+    return {
+        "custom": {
+            "scheduler_config_override": yaml.safe_dump(VOLCANO_SCHEDULER_CONF, sort_keys=False),
+            # Requests for every container (the chart sets none); `admission_resources` also sizes the
+            # admission-init Job.
+            "admission_resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+            "scheduler_resources": {"requests": {"cpu": "200m", "memory": "256Mi"}},
+            "controller_resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+        }
+    }
 
 
 def resource_flavors(nodes: Sequence[NodeSettings]) -> list[dict[str, Any]]:

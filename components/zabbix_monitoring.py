@@ -123,6 +123,18 @@ def node_tags(node: NodeSettings) -> list[dict[str, str]]:
     return tags
 
 
+# CPU and memory requests for every container the chart runs (it sets none); requests only, no limits.
+ZABBIX_REQUESTS = {
+    "zabbixServer": {"cpu": "250m", "memory": "512Mi"},
+    "zabbixWeb": {"cpu": "100m", "memory": "256Mi"},
+    "zabbixWebService": {"cpu": "50m", "memory": "128Mi"},
+    "zabbixAgent": {"cpu": "50m", "memory": "128Mi"},
+    "postgresql": {"cpu": "250m", "memory": "512Mi"},
+}
+# kube-state-metrics on a cluster of this size (the chart's commented example is 10m / 32Mi for a small one).
+KSM_VALUES = {"resources": {"requests": {"cpu": "50m", "memory": "128Mi"}}}
+
+
 def chart_values(mon: MonitoringSettings, block_storage_class: Optional[str]) -> dict[str, Any]:
     """Values for the community zabbix chart (checked against its values.yaml in the tests)."""
     web_service: dict[str, Any] = {"type": "NodePort", "nodePort": mon.web.node_port} if mon.web.node_port else {}
@@ -135,7 +147,7 @@ def chart_values(mon: MonitoringSettings, block_storage_class: Optional[str]) ->
             "persistence": {"enabled": True, "storageSize": mon.database.storage_size},
         },
         "zabbixServer": {
-            "replicaCount": 1,
+            # One server: the chart ignores `replicaCount` without zabbixServerHA (which needs an external DB).
             "zabbixServerHA": {"enabled": False},
             # Active agents on the NAS hosts reach the trapper port through this NodePort.
             "service": {"type": "NodePort", "nodePort": mon.server_node_port},
@@ -165,6 +177,10 @@ def chart_values(mon: MonitoringSettings, block_storage_class: Optional[str]) ->
     }
     if block_storage_class:
         values["postgresql"]["persistence"]["storageClass"] = block_storage_class
+    for component, requests in ZABBIX_REQUESTS.items():
+        values.setdefault(component, {})["resources"] = {"requests": requests}
+    # The nightly CronJob that deletes stale HA node records: there is one server and no HA.
+    values["zabbixServer"]["haNodesAutoClean"] = {"enabled": False}
     if mon.web.ingress_host:
         ingress: dict[str, Any] = {
             "enabled": True,
@@ -260,7 +276,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             args.charts.kube_state_metrics,
             release_name=KSM_RELEASE,
             namespace=ns,
-            values={},
+            values=KSM_VALUES,
             provider=args.provider,
             parent=self,
             depends_on=[namespace],

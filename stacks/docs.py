@@ -382,6 +382,7 @@ def safety() -> str:
     the code runs (the field types, `settings.rules.RULES`, `stacks.diff.DANGER`, the protected resources)."""
     from settings.config_file import FILE_CHECKS
     from settings.rules import RULES
+    from stacks import rollouts
     from stacks.diff import DANGER
     from stacks.diff.protect import SAFE_STEPS
 
@@ -429,6 +430,7 @@ def safety() -> str:
         "| area | change |",
         "|---|---|",
         *(f"| {kind.find.__module__.rsplit('.', 1)[-1]} | {_cell(kind.title)} |" for kind in DANGER),
+        *(f"| rollouts (`stacks.review`, rendered by Helm) | {_cell(title)} |" for title in rollouts.DANGER_TITLES),
         "",
         "## Refused like `pulumi preview` refuses: protected resources replaced or deleted",
         "",

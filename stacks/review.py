@@ -5,8 +5,9 @@
 For each stack, the offline preview (`python -m stacks.plan STACK --out`) of the base revision and of
 the head, each run with the planner of its own revision in a copy exported with `git archive` (the
 head is the working tree when --head is not given), then `python -m stacks.plan --diff BASE HEAD`
-with the head's planner. Writes the plans, the diffs and a Markdown report to --out and appends the
-report to --summary (e.g. `$GITHUB_STEP_SUMMARY`).
+with the head's planner, and the rollouts of the Helm releases that change (`stacks.rollouts`: both
+sides rendered by Helm; what restarts on how many nodes, node-wide ones under Danger). Writes the plans,
+the diffs and a Markdown report to --out and appends the report to --summary (e.g. `$GITHUB_STEP_SUMMARY`).
 
 A base that cannot be planned is reported, not an error: a stack that is new in the change is diffed
 against an empty plan; a base without the planner, or whose settings were invalid, gets no diff.
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from stacks import rollouts
 from stacks.engine import PROJECT, ROOT
 from stacks.plan import REFUSED
 
@@ -121,15 +123,23 @@ def review_stack(stack: str, base: Side, head: Side, out: Path) -> StackReview:
     md_run = _stacks_plan(head.tree, "--diff", str(base_json), str(head_json), "--format", "markdown")
     if {text_run.returncode, md_run.returncode} - {0, REFUSED}:
         return StackReview(stack, False, "the diff failed", "", (text_run.stderr or md_run.stderr).strip())
-    text = text_run.stdout.rstrip("\n")
+    report = helm_rollouts(base_json, head_json)
+    text = rollouts.merge_text(text_run.stdout.rstrip("\n"), report)
+    md = rollouts.merge_markdown(md_run.stdout, report)
     (out / f"diff-{stack}.txt").write_text(text + "\n")
-    (out / f"diff-{stack}.md").write_text(md_run.stdout)
+    (out / f"diff-{stack}.md").write_text(md)
     headline = text.splitlines()[0].split(": ", 1)[-1]
     if text_run.returncode == REFUSED:
         headline = f"REFUSED, a protected resource would be replaced or deleted; {headline}"
-    body = "\n".join(md_run.stdout.splitlines()[1:]).strip("\n")
+    body = "\n".join(md.splitlines()[1:]).strip("\n")
     refused = text_run.returncode == REFUSED
     return StackReview(stack, not refused, headline, text, note, body, refused=refused)
+
+
+def helm_rollouts(base_json: Path, head_json: Path) -> rollouts.Report:
+    """What the Helm releases that change do to running pods: both plans' changed releases rendered by Helm
+    (`stacks.rollouts`). A release that cannot be rendered is reported in the section, not an error."""
+    return rollouts.compare(json.loads(base_json.read_text()), json.loads(head_json.read_text()))
 
 
 def markdown(reviews: list[StackReview], base: Side, head: Side) -> str:

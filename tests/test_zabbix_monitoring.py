@@ -78,7 +78,7 @@ def test_release_is_pinned_in_the_monitoring_namespace(prod_plan):
 
 def test_one_server_replica_without_ha(prod_plan):
     server = values(prod_plan)["zabbixServer"]
-    assert server["replicaCount"] == 1 and server["zabbixServerHA"] == {"enabled": False}
+    assert "replicaCount" not in server and server["zabbixServerHA"] == {"enabled": False}
 
 
 def test_database_is_persistent_on_tier2_block_and_not_the_default_password(prod_plan):
