@@ -13,7 +13,7 @@ from typing import Any, Optional
 import pytest
 import yaml
 
-from settings import SettingsError, load
+from settings import SECRET_KEYS, SettingsError, load
 from stacks import engine, reference
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +37,8 @@ def evaluate(
     if mutate is not None:
         mutate(raw)
     config = {f"ml-platform:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}
-    secret_keys = []
+    # A credential in `raw` is set as `pulumi config set --secret` sets it (plain config is refused).
+    secret_keys = [f"ml-platform:{k}" for k in raw if k in SECRET_KEYS]
     for full, placeholder in engine.PLACEHOLDER_SECRETS.items():
         config.setdefault(full, placeholder)
         secret_keys.append(full)

@@ -319,7 +319,8 @@ def test_bot_token_as_plain_channel_config_exits_2(tmp_path):
 
 def test_bot_token_secret_key_given_as_plain_config_exits_2(tmp_path):
     proc = _run(tmp_path, lambda c: c.update({"ml-platform:zabbixSlackBotToken": "xoxb-123"}))
-    assert "ml-platform:zabbixSlackBotToken: set as plain config; it is a secret" in proc.stderr
+    assert "ml-platform:zabbixSlackBotToken: a credential set as plain config" in proc.stderr
+    assert "`pulumi config set --secret ml-platform:zabbixSlackBotToken`" in proc.stderr
     assert "xoxb-123" not in proc.stderr
 
 
