@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -43,9 +44,10 @@ def test_plan_json_is_deterministic(tmp_path):
     assert plan_cli.main(["prod", "--out", str(second)]) == 0
     assert first.read_bytes() == second.read_bytes()
     doc = json.loads(first.read_text())
-    assert set(doc) == {"project", "stack", "resources", "outputs"}
+    assert set(doc) == {"project", "stack", "resources", "reads", "outputs"}
     urns = [r["urn"] for r in doc["resources"]]
     assert urns == sorted(urns)
+    assert [r["urn"] for r in doc["reads"]] == sorted(r["urn"] for r in doc["reads"]) and doc["reads"]
     for resource in doc["resources"]:
         assert set(resource) == {
             *("urn", "type", "name", "custom", "parent", "provider", "dependencies", "inputs"),
@@ -214,7 +216,14 @@ def test_every_settings_problem_at_once(tmp_path):
 
     proc, out = run_plan(tmp_path, four_mistakes)
     assert proc.returncode == 2 and not out.exists()
-    problems = [line.strip() for line in proc.stderr.splitlines()[1:]]
+    lines = [line.strip() for line in proc.stderr.splitlines()[1:]]
+    # Each problem at the file and line of the path it names (the note at the end has none).
+    placed = [re.match(r"Pulumi\.prod\.changed\.yaml:(\d+): (.*)", line) for line in lines[:-1]]
+    assert all(placed), lines
+    text = (tmp_path / "Pulumi.prod.changed.yaml").read_text().splitlines()
+    cpu04 = next(m for m in placed if m[2].startswith("nodes[3] (cpu-04).address"))
+    assert "not-an-ip" in text[int(cpu04[1]) - 1]
+    problems = [m[2] for m in placed] + lines[-1:]
     assert problems[:-1] == [
         "nodes[0] (cpu-01).address: '10.20.1.11' is used by more than one host; addresses must be unique",
         "nodes[3] (cpu-04).address: 'not-an-ip' is not an IPv4 address; write four numbers 0-255, e.g. '10.20.1.7'",
