@@ -1,5 +1,8 @@
 # make plan [STACK=lab] [OUT=plan-lab.json]  offline preview (creates the venv that Pulumi.yaml names)
 # make test                              lint + workflow lint + the whole test suite (what CI runs)
+# make reference [MIRROR=URL]            fetch the pinned upstream reference files the tests check against
+#                                        (reference/fetch-list.tsv, verified by digest) into ~/.cache/ml-platform/reference;
+#                                        MIRROR: an HTTP server serving a copy of that directory instead of upstream
 # make lint                              ruff
 # make docs                              regenerate docs/settings.md, docs/stack-config.schema.json, docs/air-gap.md
 # make images                            docs/images.md: every image each Helm release runs, per stack, rendered by
@@ -14,7 +17,7 @@ PY := $(VENV)/bin/python
 PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check
 PIP_COMPILE := $(VENV)/bin/pip-compile --quiet --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: plan test lint lint-workflows install docs images bench lock
+.PHONY: plan test lint lint-workflows install docs images bench lock reference
 
 # Installs the exact versions of the lock files: a provider SDK cannot change under a reviewed plan.
 $(VENV)/.runtime: requirements.lock
@@ -55,6 +58,10 @@ lint-workflows: $(VENV)/.dev
 
 test: lint lint-workflows
 	$(PY) -m pytest -q
+
+# Into stacks.reference.reference_dir() ($$MLP_REFERENCE_DIR, else the cache); what is there and verifies stays.
+reference: $(VENV)/.runtime
+	$(PY) -m stacks.reference $(if $(MIRROR),--mirror $(MIRROR))
 
 # make bench                             scale benchmark (50/200/1000 generated nodes): writes docs/benchmarks.md
 #                                        (CI runs the 50-node case in tests/test_benchmarks.py)

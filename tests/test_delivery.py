@@ -129,6 +129,9 @@ def test_preview_runs_tests_and_the_offline_diff_without_credentials():
     assert checkout["with"]["fetch-depth"] == 0, "the base commit must be fetched for the diff"
     script = runs(job)
     assert script.index("safe.directory") < script.index("make test"), "git refuses a checkout root does not own"
+    assert script.index("make reference") < script.index("make test"), "the upstream checks need the reference files"
+    (test_step,) = [s for s in steps(job) if s.get("run") == "make test"]
+    assert test_step["env"]["MLP_REFERENCE_STRICT"] == "1", "in CI a missing reference file fails, never skips"
     assert "-m stacks.review --base" in script and "$GITHUB_STEP_SUMMARY" in script
     for stack in STACKS:
         assert f"--stack {stack}" in script, f"the offline diff leaves out stack {stack}"
