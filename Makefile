@@ -3,6 +3,8 @@
 # make reference [MIRROR=URL]            fetch the pinned upstream reference files the tests check against
 #                                        (reference/fetch-list.tsv, verified by digest) into ~/.cache/ml-platform/reference;
 #                                        MIRROR: an HTTP server serving a copy of that directory instead of upstream
+# make test-fast                         every test that starts no real server (pytest -m "not real_server"):
+#                                        no root, no package mirror, any OS with Python 3.11+
 # make lint                              ruff
 # make docs                              regenerate docs/settings.md, docs/stack-config.schema.json, docs/air-gap.md
 # make images                            docs/images.md: every image each Helm release runs, per stack, rendered by
@@ -17,7 +19,7 @@ PY := $(VENV)/bin/python
 PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check
 PIP_COMPILE := $(VENV)/bin/pip-compile --quiet --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: plan test lint lint-workflows install docs images bench lock reference
+.PHONY: plan test test-fast lint lint-workflows install docs images bench lock reference
 
 # Installs the exact versions of the lock files: a provider SDK cannot change under a reviewed plan.
 $(VENV)/.runtime: requirements.lock
@@ -58,6 +60,9 @@ lint-workflows: $(VENV)/.dev
 
 test: lint lint-workflows
 	$(PY) -m pytest -q
+
+test-fast: $(VENV)/.dev
+	$(PY) -m pytest -q -m "not real_server"
 
 # Into stacks.reference.reference_dir() ($$MLP_REFERENCE_DIR, else the cache); what is there and verifies stays.
 reference: $(VENV)/.runtime

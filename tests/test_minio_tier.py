@@ -484,6 +484,7 @@ def test_diff_shows_a_retention_or_policy_change():
     assert users.diff("u", user, {**user, "policy": '{"Statement": []}'}).changes
 
 
+@pytest.mark.real_server
 def test_bucket_create_rerun_and_delete_against_a_real_s3_endpoint(tmp_path):
     """`rclone serve s3` has no versioning or lifecycle API (501): those calls are checked against
     the stub below; here the bucket itself is created, found on a re-run, and removed."""
