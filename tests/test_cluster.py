@@ -1,4 +1,4 @@
-"""ClusterBootstrap: host preparation, HA RKE2 order, secrets, node lifecycle (issue 3)."""
+"""ClusterBootstrap: host preparation, HA RKE2 order, secrets, node lifecycle."""
 
 from __future__ import annotations
 
