@@ -6,7 +6,8 @@
 # make test-fast                         every test that starts no real server (pytest -m "not real_server"):
 #                                        no root, no package mirror, any OS with Python 3.11+
 # make lint                              ruff
-# make docs                              regenerate docs/settings.md, docs/stack-config.schema.json, docs/air-gap.md
+# make docs                              regenerate docs/settings.md, docs/stack-config.schema.json, docs/air-gap.md,
+#                                        docs/architecture.md (diagrams from the prod plan)
 # make images                            docs/images.md: every image each Helm release runs, per stack, rendered by
 #                                        Helm from the reference charts (`make reference` first)
 # make lint-workflows                    actionlint (with shellcheck on `run:` scripts) + the GitHub workflow schema
@@ -40,9 +41,11 @@ lock: $(VENV)/.dev
 plan: $(VENV)/.runtime
 	$(PY) -m stacks.plan $(STACK) $(if $(OUT),--out $(OUT))
 
-# Generated from the settings models (stacks/docs.py); tests/test_docs.py fails when they are stale.
+# Generated from the settings models (stacks/docs.py) and the prod plan (stacks/diagrams.py); tests/test_docs.py
+# and tests/test_diagrams.py fail when they are stale.
 docs: $(VENV)/.runtime
 	$(PY) -m stacks.docs
+	$(PY) -m stacks.diagrams
 
 # The image list an air-gapped site mirrors (stacks/render.py); tests/test_render_checks.py fails when stale.
 images: $(VENV)/.dev
