@@ -1,5 +1,5 @@
 # make plan [STACK=lab] [OUT=plan-lab.json]  offline preview (creates the venv that Pulumi.yaml names)
-# make test                              lint + workflow lint + the whole test suite (what CI runs)
+# make test                              lint + workflow lint + make reference + the whole test suite (what CI runs)
 # make reference [MIRROR=URL]            fetch the pinned upstream reference files the tests check against
 #                                        (reference/fetch-list.tsv, verified by digest) into ~/.cache/ml-platform/reference;
 #                                        MIRROR: an HTTP server serving a copy of that directory instead of upstream
@@ -61,7 +61,7 @@ lint-workflows: $(VENV)/.dev
 	$(VENV)/bin/actionlint -shellcheck $(VENV)/bin/shellcheck .github/workflows/*.yml
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 
-test: lint lint-workflows
+test: lint lint-workflows reference
 	$(PY) -m pytest -q
 
 test-fast: $(VENV)/.dev

@@ -221,7 +221,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         written = fetch(dest, entries, args.mirror)
     except FetchError as exc:
-        print(f"reference files not fetched (none of these was written):\n{exc}", file=sys.stderr)
+        errors = str(exc).splitlines()
+        shown = errors[:10] + ([f"... and {len(errors) - 10} more"] if len(errors) > 10 else [])
+        print(
+            f"{len(errors)} of {len(entries)} reference files not fetched (none of these was written):\n"
+            + "\n".join(shown)
+            + "\nWithout access to GitHub: point MLP_REFERENCE_DIR at a copy, or --mirror at a server that serves one.",
+            file=sys.stderr,
+        )
         return 1
     kept = len(entries) - written
     print(f"{len(entries)} reference files verified in {dest} ({written} fetched, {kept} already there)")
