@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from components.upgrades import SUC_RELEASE
 from settings.charts import Charts
 from stacks import reference
 from stacks.reference import Entry, FetchError, apply_release_edit, fetch, git_blob_id, read_fetch_list
@@ -68,6 +69,13 @@ def test_every_chart_version_we_deploy_is_in_the_fetch_list():
     charts = deployed_charts()
     assert ("zabbix", "7.0.12") in charts and ("kube-state-metrics", "8.4.0") in charts
     assert missing_from_fetch_list(charts, ENTRIES) == []
+
+
+def test_the_upgrade_controller_we_deploy_is_in_the_fetch_list():
+    # Not a chart: its manifests and Plan CRD at the release components/upgrades.py deploys.
+    listed = {entry.path for entry in ENTRIES}
+    assert f"crds/system-upgrade-controller/{SUC_RELEASE}/upgrade.cattle.io_plans.yaml" in listed
+    assert f"manifests/system-upgrade-controller/{SUC_RELEASE}/system-upgrade-controller.yaml" in listed
 
 
 def test_a_bumped_chart_without_fetch_list_entries_is_reported():
