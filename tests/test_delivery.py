@@ -283,6 +283,26 @@ def git_commits() -> list[str]:
     return out.stdout.split()
 
 
+def test_export_works_on_a_python_without_extraction_filters(tmp_path, monkeypatch):
+    # Debian 12's own python3 is 3.11.2: TarFile.extractall has no `filter` before 3.11.4.
+    import tarfile
+
+    from stacks import review
+
+    commit = git_commits()[0]
+    plain = tarfile.TarFile.extractall
+
+    def extractall(self, path=".", members=None, *, numeric_owner=False, **kwargs):
+        if kwargs:
+            raise TypeError(f"TarFile.extractall() got an unexpected keyword argument {next(iter(kwargs))!r}")
+        return plain(self, path, members, numeric_owner=numeric_owner)
+
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    monkeypatch.setattr(tarfile.TarFile, "extractall", extractall)
+    side = review.export(commit, tmp_path / "base")
+    assert (side.tree / "Pulumi.prod.yaml").is_file() and side.label == commit[:12]
+
+
 def assert_diff_text(text: str, base: dict, head: dict) -> None:
     lines = text.rstrip("\n").splitlines()
     assert DIFF_HEADLINE.match(lines[0]), lines[0]
