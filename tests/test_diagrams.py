@@ -33,4 +33,6 @@ def test_architecture_edges_point_from_what_is_waited_for(prod_plan):
     components, edges = diagrams.component_edges(prod_plan)
     assert set(components) >= {"cluster", "network", "gpu", "ceph", "minio", "scheduling", "monitoring"}
     assert ("network", "cluster") in edges and ("cluster", "network") not in edges
-    assert all(waited != "scheduling" for _, waited in edges), "nothing waits for the scheduling stack"
+    # The cluster waits for no component; every other component waits for it (its provider, its hosts).
+    assert all(waiter != "cluster" for waiter, _ in edges)
+    assert {waiter for waiter, waited in edges if waited == "cluster"} == set(components) - {"cluster"}
