@@ -1,7 +1,13 @@
 # make plan [STACK=lab] [OUT=plan-lab.json]  offline preview (creates the venv that Pulumi.yaml names)
-# make test                              lint + workflow lint + the whole test suite (what CI runs)
+# make test                              lint + workflow lint + make reference + the whole test suite (what CI runs)
+# make reference [MIRROR=URL]            fetch the pinned upstream reference files the tests check against
+#                                        (reference/fetch-list.tsv, verified by digest) into ~/.cache/ml-platform/reference;
+#                                        MIRROR: an HTTP server serving a copy of that directory instead of upstream
+# make test-fast                         every test that starts no real server (pytest -m "not real_server"):
+#                                        no root, no package mirror, any OS with Python 3.11+
 # make lint                              ruff
-# make docs                              regenerate docs/settings.md, docs/stack-config.schema.json, docs/air-gap.md
+# make docs                              regenerate docs/settings.md, docs/stack-config.schema.json, docs/air-gap.md,
+#                                        docs/architecture.md (diagrams from the prod plan)
 # make images                            docs/images.md: every image each Helm release runs, per stack, rendered by
 #                                        Helm from the reference charts (`make reference` first)
 # make lint-workflows                    actionlint (with shellcheck on `run:` scripts) + the GitHub workflow schema
@@ -14,7 +20,7 @@ PY := $(VENV)/bin/python
 PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check
 PIP_COMPILE := $(VENV)/bin/pip-compile --quiet --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: plan test lint lint-workflows install docs images bench lock
+.PHONY: plan test test-fast lint lint-workflows install docs images bench lock reference
 
 # Installs the exact versions of the lock files: a provider SDK cannot change under a reviewed plan.
 $(VENV)/.runtime: requirements.lock
@@ -35,9 +41,11 @@ lock: $(VENV)/.dev
 plan: $(VENV)/.runtime
 	$(PY) -m stacks.plan $(STACK) $(if $(OUT),--out $(OUT))
 
-# Generated from the settings models (stacks/docs.py); tests/test_docs.py fails when they are stale.
+# Generated from the settings models (stacks/docs.py) and the prod plan (stacks/diagrams.py); tests/test_docs.py
+# and tests/test_diagrams.py fail when they are stale.
 docs: $(VENV)/.runtime
 	$(PY) -m stacks.docs
+	$(PY) -m stacks.diagrams
 
 # The image list an air-gapped site mirrors (stacks/render.py); tests/test_render_checks.py fails when stale.
 images: $(VENV)/.dev
@@ -53,8 +61,15 @@ lint-workflows: $(VENV)/.dev
 	$(VENV)/bin/actionlint -shellcheck $(VENV)/bin/shellcheck .github/workflows/*.yml
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 
-test: lint lint-workflows
+test: lint lint-workflows reference
 	$(PY) -m pytest -q
+
+test-fast: $(VENV)/.dev
+	$(PY) -m pytest -q -m "not real_server"
+
+# Into stacks.reference.reference_dir() ($$MLP_REFERENCE_DIR, else the cache); what is there and verifies stays.
+reference: $(VENV)/.runtime
+	$(PY) -m stacks.reference $(if $(MIRROR),--mirror $(MIRROR))
 
 # make bench                             scale benchmark (50/200/1000 generated nodes): writes docs/benchmarks.md
 #                                        (CI runs the 50-node case in tests/test_benchmarks.py)

@@ -1,6 +1,6 @@
 """How long a fresh `pulumi up` takes, modeled from the plan's dependency graph and `--parallel`.
 
-Started from ../shared/tools/makespan.py (list scheduling of the plan's graph). Two changes:
+List scheduling of the plan's graph, with two refinements over a uniform model:
 
 - Durations by kind of step, each with the reason it is plausible (DURATIONS below), instead of one
   figure for every SSH step: a membership step is a handful of kubectl calls on the init server,

@@ -33,10 +33,10 @@ PARALLELS = (64, 128, 192, 256)
 RECOMMENDED = ((100, 64), (400, 128), (2000, 192))
 
 
-# What the profile led to (issue 17), and what it says about the rest.
+# What the profile led to, and what it says about the rest.
 PROFILE_NOTES = [
-    "Before issue 17 the 1000-node preview (3795 resources then, before MinioTier) took 26.3 s wall",
-    "and 772 MiB at a quiet moment of this machine (the issue measured ~36 s under load); after the",
+    "Before the two changes below, the 1000-node preview (3795 resources then, before MinioTier) took 26.3 s wall",
+    "and 772 MiB on an idle 2-core machine (about 36 s on the same machine under load); after the",
     "changes, 18.5 s and 713 MiB on the same plan. Two changes in `stacks/engine.py`, plan JSON of prod and lab",
     "byte-identical before and after (`cmp`): the recording monitor answers a resource with its own",
     "request instead of `MockMonitor`'s deserialise-then-serialise round trip of every input (the mock",

@@ -175,7 +175,7 @@ def disk_params(node: NodeSettings) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Cluster half: Helm values (every key checked against ../shared/upstream in tests/test_ceph_tier.py)
+# Cluster half: Helm values (every key checked against the pinned upstream values.yaml in tests/test_ceph_tier.py)
 # ---------------------------------------------------------------------------------------------
 
 

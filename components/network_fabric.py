@@ -224,7 +224,7 @@ def ip_pool_crd(
 
 
 # ---------------------------------------------------------------------------------------------
-# Values and specs (plain functions: the tests check every key against ../shared/upstream)
+# Values and specs (plain functions: the tests check every key against the pinned upstream files)
 # ---------------------------------------------------------------------------------------------
 
 

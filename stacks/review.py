@@ -66,7 +66,10 @@ def export(rev: str, dest: Path) -> Side:
     archive = git("archive", "--format=tar", commit).stdout
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(dest, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+        else:  # Python before 3.11.4 (Debian 12's 3.11.2) has no extraction filters; the archive is git's own
+            tar.extractall(dest)
     return Side(label=commit[:12], tree=dest)
 
 

@@ -23,6 +23,8 @@ import pytest
 from components.minio_backup import SCRIPT, backup_environment
 from tests.s3server import S3Server, serve_s3
 
+pytestmark = pytest.mark.real_server  # make test-fast leaves these out
+
 BUCKET = "cephfs-backup"
 SOURCE = "datasets"
 

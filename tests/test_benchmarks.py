@@ -1,4 +1,4 @@
-"""Scale benchmark (issue 17): generated inventories, shape at 50 and 1000 nodes, the bring-up model."""
+"""Scale benchmark: generated inventories, shape at 50 and 1000 nodes, the bring-up model."""
 
 from __future__ import annotations
 

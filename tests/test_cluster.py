@@ -1,4 +1,4 @@
-"""ClusterBootstrap: host preparation, HA RKE2 order, secrets, node lifecycle (issue 3)."""
+"""ClusterBootstrap: host preparation, HA RKE2 order, secrets, node lifecycle."""
 
 from __future__ import annotations
 
@@ -202,36 +202,23 @@ def test_host_key_and_bastion_reach_the_connection(prod_plan):
     assert prod_plan.named("gpu-05-prepare")["inputs"]["create"].startswith("sudo -n env ")
 
 
-def test_adding_a_node_changes_nothing_else(prod_plan):
-    def add(raw):
-        raw["nodes"].append(
-            {"name": "cpu-36", "address": "10.20.1.46", "role": "cpu", "hostKey": raw["nodes"][0]["hostKey"]}
-        )
-
-    grown = evaluate("prod", add)
-    result = plan_cli.diff(_doc(prod_plan), _doc(grown))
-    assert sorted(u.rsplit("::", 1)[1] for u in result["added"]) == [
-        "cpu-36-membership",
-        "cpu-36-prepare",
-        "cpu-36-rke2",
-        "cpu-36-zabbix-host",
-    ]
-    assert result["removed"] == [] and result["changed"] == {} and result["outputs"] == {"monitoredHosts": "changed"}
+def _grown(raw):
+    host_key = raw["nodes"][0]["hostKey"]
+    raw["nodes"].append({"name": "cpu-36", "address": "10.20.1.46", "role": "cpu", "hostKey": host_key})
 
 
-def test_removing_a_node_removes_only_its_resources(prod_plan):
-    def remove(raw):
-        raw["nodes"] = [n for n in raw["nodes"] if n["name"] != "cpu-30"]
+def _shrunk(raw):
+    raw["nodes"] = [n for n in raw["nodes"] if n["name"] != "cpu-30"]
 
-    shrunk = evaluate("prod", remove)
-    result = plan_cli.diff(_doc(prod_plan), _doc(shrunk))
-    assert sorted(u.rsplit("::", 1)[1] for u in result["removed"]) == [
-        "cpu-30-membership",
-        "cpu-30-prepare",
-        "cpu-30-rke2",
-        "cpu-30-zabbix-host",
-    ]
-    assert result["added"] == [] and result["changed"] == {}
+
+@pytest.mark.parametrize(("edit", "node", "side"), [(_grown, "cpu-36", "added"), (_shrunk, "cpu-30", "removed")])
+def test_adding_or_removing_a_node_touches_only_its_own_resources(prod_plan, edit, node, side):
+    result = plan_cli.diff(_doc(prod_plan), _doc(evaluate("prod", edit)))
+    own = [f"{node}-membership", f"{node}-prepare", f"{node}-rke2", f"{node}-zabbix-host"]
+    assert sorted(u.rsplit("::", 1)[1] for u in result[side]) == own
+    other = "removed" if side == "added" else "added"
+    assert result[other] == [] and result["changed"] == {}
+    assert result["outputs"] == {"monitoredHosts": "changed"}
 
 
 def test_removal_drains_then_uninstalls_also_on_replace(prod_plan):

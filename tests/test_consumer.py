@@ -74,10 +74,15 @@ def platform_outputs(plan: engine.Plan, secret: frozenset[str]) -> engine.StackO
     return engine.StackOutputs(values=values, secret=secret)
 
 
-def evaluate_consumer(plan: engine.Plan, secret: frozenset[str] | None = None) -> engine.Plan:
+def evaluate_consumer(
+    plan: engine.Plan,
+    secret: frozenset[str] | None = None,
+    config: dict[str, str] | None = None,
+    platform_stack: str = PLATFORM_STACK,
+) -> engine.Plan:
     if secret is None:
         secret = frozenset(spec.name for spec in CONTRACT if spec.secret)
-    config = consumer_config()
+    config = config or consumer_config()
     project = next(iter(config)).split(":", 1)[0]
     return engine.run(
         "dev",
@@ -85,8 +90,37 @@ def evaluate_consumer(plan: engine.Plan, secret: frozenset[str] | None = None) -
         [],
         load_consumer().program,
         project=project,
-        stack_references={PLATFORM_STACK: platform_outputs(plan, secret)},
+        stack_references={platform_stack: platform_outputs(plan, secret)},
     )
+
+
+SHIPPED = sorted(path.name for path in CONSUMER.glob("Pulumi.*.yaml"))
+
+
+def shipped_config(stack_file: str) -> dict[str, str]:
+    """The example's config exactly as shipped: its Pulumi.yaml defaults under its stack file's values."""
+    project = yaml.safe_load((CONSUMER / "Pulumi.yaml").read_text())
+    config = {f"{project['name']}:{k}": d["default"] for k, d in project["config"].items() if "default" in d}
+    return {**config, **yaml.safe_load((CONSUMER / stack_file).read_text())["config"]}
+
+
+def test_the_example_ships_a_stack_for_each_platform_stack():
+    named = {shipped_config(name)["vision-training:platformStack"] for name in SHIPPED}
+    assert named == {f"organization/ml-platform/{path.name.split('.')[1]}" for path in ROOT.glob("Pulumi.*.yaml")}
+
+
+@pytest.mark.parametrize("stack_file", SHIPPED)
+def test_the_example_as_shipped_runs_against_the_platform_stack_it_names(stack_file, request):
+    config = shipped_config(stack_file)
+    platform_stack = config["vision-training:platformStack"]
+    platform = platform_stack.removeprefix("organization/ml-platform/")
+    plan = request.getfixturevalue(f"{platform}_plan")
+    team = config["vision-training:team"]
+    assert team in plan.outputs["teamNamespaces"], f"{stack_file}: team {team!r} is not a team of {platform}"
+    consumer = evaluate_consumer(plan, config=config, platform_stack=platform_stack)
+    assert consumer.outputs["namespace"] == plan.outputs["teamNamespaces"][team][0]
+    pvc = consumer.named("datasets")["inputs"]
+    assert pvc["spec"]["storageClassName"] == plan.outputs["storageClasses"]["tier2Shared"]
 
 
 @pytest.fixture(scope="module")

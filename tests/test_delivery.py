@@ -129,6 +129,9 @@ def test_preview_runs_tests_and_the_offline_diff_without_credentials():
     assert checkout["with"]["fetch-depth"] == 0, "the base commit must be fetched for the diff"
     script = runs(job)
     assert script.index("safe.directory") < script.index("make test"), "git refuses a checkout root does not own"
+    assert script.index("make reference") < script.index("make test"), "the upstream checks need the reference files"
+    (test_step,) = [s for s in steps(job) if s.get("run") == "make test"]
+    assert test_step["env"]["MLP_REFERENCE_STRICT"] == "1", "in CI a missing reference file fails, never skips"
     assert "-m stacks.review --base" in script and "$GITHUB_STEP_SUMMARY" in script
     for stack in STACKS:
         assert f"--stack {stack}" in script, f"the offline diff leaves out stack {stack}"
@@ -278,6 +281,26 @@ def git_commits() -> list[str]:
     except subprocess.CalledProcessError:
         pytest.skip(f"{ROOT} is not a git checkout with a commit: the offline diff step compares commits")
     return out.stdout.split()
+
+
+def test_export_works_on_a_python_without_extraction_filters(tmp_path, monkeypatch):
+    # Debian 12's own python3 is 3.11.2: TarFile.extractall has no `filter` before 3.11.4.
+    import tarfile
+
+    from stacks import review
+
+    commit = git_commits()[0]
+    plain = tarfile.TarFile.extractall
+
+    def extractall(self, path=".", members=None, *, numeric_owner=False, **kwargs):
+        if kwargs:
+            raise TypeError(f"TarFile.extractall() got an unexpected keyword argument {next(iter(kwargs))!r}")
+        return plain(self, path, members, numeric_owner=numeric_owner)
+
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    monkeypatch.setattr(tarfile.TarFile, "extractall", extractall)
+    side = review.export(commit, tmp_path / "base")
+    assert (side.tree / "Pulumi.prod.yaml").is_file() and side.label == commit[:12]
 
 
 def assert_diff_text(text: str, base: dict, head: dict) -> None:

@@ -23,8 +23,8 @@ GPU_OPERATOR_VERSION = "v26.7.0"
 PROVISIONER_VERSION = "2.9.0"
 
 # Keys of the vendored node-feature-discovery subchart that the parent chart's values.yaml does not
-# repeat. ../shared/upstream holds no copy of the subchart's values (INDEX.md: "vendored subchart values
-# (NFD ...)" not copied); each key here was read in NVIDIA/gpu-operator
+# repeat. The reference files hold no separate copy of the subchart's values (it is inside
+# charts-src/gpu-operator); each key here was read in NVIDIA/gpu-operator
 # deployments/gpu-operator/charts/node-feature-discovery/values.yaml (`worker.nodeSelector: {}`).
 NFD_SUBCHART_KEYS = {"node-feature-discovery.worker.nodeSelector"}
 

@@ -1,4 +1,4 @@
-"""In-cluster hardening (issue 16): Pod Security on every platform namespace, tier 2 protected against
+"""In-cluster hardening: Pod Security on every platform namespace, tier 2 protected against
 accidental deletion, the nv-ipam CRD before its IPPool, the toolkit's config source, stable device
 names, the Kubernetes version table, and Ceph off the overlay."""
 

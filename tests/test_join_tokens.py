@@ -1,4 +1,4 @@
-"""Least-privilege, CA-pinned joins (issue 15, item 6): servers hold the server token and an agent
+"""Least-privilege, CA-pinned joins: servers hold the server token and an agent
 token (`agent-token-file`); agents receive only `K10<CA sha256>::node:<agent token>`; joining
 servers `K10<CA sha256>::server:<server token>`. On the plan and on stub hosts."""
 

@@ -36,7 +36,7 @@ from stacks.engine import SECRET
 from tests.conftest import ROOT, evaluate, problems, run_plan, stack_doc
 from tests.s3server import ACCESS_KEY, SECRET_KEY, serve_s3
 
-# --- erasure arithmetic: the cases of ../shared/research/reliability-security.md §1.2 ------------
+# --- erasure arithmetic: 4 hosts, the parities MinIO allows on them ----------------------------
 
 
 @pytest.mark.parametrize(
@@ -484,6 +484,7 @@ def test_diff_shows_a_retention_or_policy_change():
     assert users.diff("u", user, {**user, "policy": '{"Statement": []}'}).changes
 
 
+@pytest.mark.real_server
 def test_bucket_create_rerun_and_delete_against_a_real_s3_endpoint(tmp_path):
     """`rclone serve s3` has no versioning or lifecycle API (501): those calls are checked against
     the stub below; here the bucket itself is created, found on a re-run, and removed."""
@@ -503,8 +504,8 @@ def test_bucket_create_rerun_and_delete_against_a_real_s3_endpoint(tmp_path):
 
 
 class _Recorder(BaseHTTPRequestHandler):
-    """Answers like MinIO for the calls the provider makes, and records them. Not a MinIO: MinIO is
-    not installable here (no community binaries), and `rclone serve s3` has no admin API; the point
+    """Answers like MinIO for the calls the provider makes, and records them. Not a MinIO: MinIO's
+    community edition publishes no binaries since October 2025, and `rclone serve s3` has no admin API; the point
     is the request shapes MinIO's admin API (madmin v3) and S3 bucket configuration expect."""
 
     calls: list[tuple[str, str, dict, bytes, str, dict]] = []

@@ -2,7 +2,7 @@
 
 Helm values and custom resources are taken from the plan (what the engine would receive) and checked
 key by key against the real upstream values.yaml / values.schema.json / CRD schemas at the pinned
-versions in ../shared/upstream.
+versions (`make reference`).
 """
 
 from __future__ import annotations

@@ -137,28 +137,28 @@ def _node(config: dict, name: str) -> dict:
     return next(n for n in config["ml-platform:nodes"] if n["name"] == name)
 
 
-def test_gpu_node_without_infiniband_exits_2(tmp_path):
-    proc, out = run_plan(tmp_path, lambda c: _node(c, "gpu-02").pop("infiniband"))
+@pytest.mark.parametrize(
+    ("node", "edit", "message"),
+    [
+        ("gpu-02", lambda n: n.pop("infiniband"), "nodes[36] (gpu-02).infiniband: GPU node 'gpu-02' has no InfiniBand"),
+        ("cpu-03", lambda n: n.update({"controlPlane": False}), "nodes: 2 control-plane servers (cpu-01, cpu-02)"),
+        (
+            "cpu-09",
+            lambda n: n.update({"address": "10.20.1.11"}),
+            "nodes[8] (cpu-09).address: '10.20.1.11' is used by more than one host",
+        ),
+        (
+            "cpu-01",
+            lambda n: n.update({"controlplane": True}),
+            "nodes[0] (cpu-01).controlplane: unknown key (did you mean 'controlPlane'?)",
+        ),
+    ],
+    ids=["gpu-node-without-infiniband", "two-control-plane-servers", "duplicated-address", "misspelled-key"],
+)
+def test_invalid_node_settings_exit_2_naming_the_field(tmp_path, node, edit, message):
+    proc, out = run_plan(tmp_path, lambda c: edit(_node(c, node)))
     assert proc.returncode == 2 and not out.exists()
-    assert "nodes[36] (gpu-02).infiniband: GPU node 'gpu-02' has no InfiniBand settings" in proc.stderr
-
-
-def test_two_control_plane_servers_exit_2(tmp_path):
-    proc, out = run_plan(tmp_path, lambda c: _node(c, "cpu-03").update({"controlPlane": False}))
-    assert proc.returncode == 2 and not out.exists()
-    assert "nodes: 2 control-plane servers (cpu-01, cpu-02)" in proc.stderr
-
-
-def test_duplicated_address_exits_2(tmp_path):
-    proc, out = run_plan(tmp_path, lambda c: _node(c, "cpu-09").update({"address": "10.20.1.11"}))
-    assert proc.returncode == 2 and not out.exists()
-    assert "nodes[8] (cpu-09).address: '10.20.1.11' is used by more than one host" in proc.stderr
-
-
-def test_misspelled_key_exits_2(tmp_path):
-    proc, out = run_plan(tmp_path, lambda c: _node(c, "cpu-01").update({"controlplane": True}))
-    assert proc.returncode == 2 and not out.exists()
-    assert "nodes[0] (cpu-01).controlplane: unknown key (did you mean 'controlPlane'?)" in proc.stderr
+    assert message in proc.stderr
 
 
 def test_invalid_settings_register_nothing():

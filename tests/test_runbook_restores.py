@@ -140,6 +140,7 @@ def snapshot(root: Path) -> dict[str, tuple]:
     return found
 
 
+@pytest.mark.real_server
 @pytest.mark.skipif(os.geteuid() != 0, reason="owners can only be set and restored as root")
 @pytest.mark.parametrize(
     ("source", "tree", "kind", "namespace", "level"),
@@ -208,6 +209,7 @@ def test_section_9_restores_a_tree_byte_for_byte(tmp_path, source, tree, kind, n
     assert state["pods"] == {} and state["secrets"] == {}
 
 
+@pytest.mark.real_server
 def test_section_10_gets_the_etcd_restore_identity_and_lists_the_snapshots(tmp_path):
     outputs, users = credentials()
     snapshot_name = "etcd-snapshot-cpu-01-1795600800"

@@ -88,7 +88,7 @@ def test_skipped_paths_and_everything_below_them_are_not_checked():
 
 
 def test_a_misspelt_key_in_real_upstream_values_is_reported():
-    # The same rules on a real chart (skips without ../shared/upstream).
+    # The same rules on a real chart (skips without the reference files).
     values = upstream_values("rook-ceph", "v1.19.10")
     ours = {"csi": {"enableRbdDriver": True, "pluginToleration": [], "pluginTolerations": [{"efect": "NoSchedule"}]}}
     assert "enableRbdDriver" in values["csi"]
@@ -292,7 +292,7 @@ def test_missing_upstream_files_fail_when_strict(upstream_dir, monkeypatch):
 
 
 def test_a_real_crd_bundle_is_read_by_kind():
-    # Rook's crds.yaml holds about twenty CRDs (skips without ../shared/upstream).
+    # Rook's crds.yaml holds about twenty CRDs (skips without the reference files).
     cluster = spec_schema("rook", "v1.19.10", "crds.yaml", kind="CephCluster", crd_version="v1")
     pool = spec_schema("rook", "v1.19.10", "crds.yaml", kind="CephBlockPool", crd_version="v1")
     assert {"mon", "storage", "cephVersion"} <= set(cluster["properties"])

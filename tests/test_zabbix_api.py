@@ -16,6 +16,8 @@ from components import zabbix_objects as zbx
 from components.zabbix_monitoring import TEMPLATES, template_sources
 from tests.zabbix70 import zabbix70
 
+pytestmark = pytest.mark.real_server  # make test-fast leaves these out
+
 ADMIN_PASSWORD, API_PASSWORD = "Adm1n-test-passphrase-77", "Api-test-passphrase-91"
 
 

@@ -30,6 +30,8 @@ from components import zabbix_objects as zbx
 from components.zabbix_monitoring import template_sources
 from tests.zabbix70 import trapper_request, zabbix70
 
+pytestmark = pytest.mark.real_server  # make test-fast leaves these out
+
 SAMPLES = Path(__file__).resolve().parent / "zabbix" / "samples"
 EXPECTED = yaml.safe_load((SAMPLES / "expected.yaml").read_text())
 _TEXT = 4  # value_type of the discovery rules' output

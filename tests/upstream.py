@@ -1,4 +1,4 @@
-"""Checks of our Helm values and custom-resource specs against the real upstream files in ../shared/upstream.
+"""Checks of our Helm values and custom-resource specs against the real upstream files (`make reference`).
 
 Helm silently ignores a values key the chart does not have, and the API server silently prunes a
 custom-resource field its CRD does not declare: neither shows an error, so the tests check every key

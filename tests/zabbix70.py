@@ -4,8 +4,8 @@ The script runs the 7.0 frontend API (PHP 8.2 + PostgreSQL 15 from Debian 12, th
 frontend and schema unpacked from Debian 13's packages) and, when asked, the real 7.0 server
 (`zabbix_server` with its trixie dependency closure, chrooted: Debian 12's glibc is too old for it).
 The first run installs and caches what it needs under `.cache/zabbix70` (outside git's view); later
-runs start in seconds. A start that fails (a missing prerequisite, no mirror, not root) FAILS the
-test with the script's message naming the cause: these tests never skip.
+runs start in seconds. A missing prerequisite (tests/prerequisites.py: Debian 12, root, a package mirror,
+disk) or a start that fails FAILS the test with one line naming the cause: these tests never skip.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
+
+from tests.prerequisites import require_zabbix
 
 ROOT = Path(__file__).resolve().parent.parent
 START = ROOT / "tests" / "zabbix" / "start-zabbix-api.sh"
@@ -65,13 +67,16 @@ def zabbix70(name: str, with_server: bool = False) -> Iterator[Zabbix70]:
     if server_port:
         env["ZABBIX70_SERVER_PORT"] = str(server_port)
     what = "API and server" if with_server else "API"
+    require_zabbix(STATE / "cache", with_server)
     proc = subprocess.run(
         [str(START), "start", str(directory), str(free_port())], capture_output=True, text=True, env=env
     )
     if proc.returncode != 0:
+        errors = [line.split("ERROR: ", 1)[1] for line in proc.stderr.splitlines() if "ERROR: " in line]
+        cause = errors[-1] if errors else f"exit {proc.returncode}"
         pytest.fail(
-            f"could not start the real Zabbix 7.0 {what} with tests/zabbix/start-zabbix-api.sh "
-            f"(exit {proc.returncode}):\n{proc.stderr[-3000:]}",
+            f"could not start the real Zabbix 7.0 {what} (tests/zabbix/start-zabbix-api.sh): {cause} "
+            f"(log: {directory / 'log' / 'setup.log'})",
             pytrace=False,
         )
     try:

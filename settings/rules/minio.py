@@ -9,6 +9,7 @@ from pydantic.alias_generators import to_camel
 
 from settings.erasure import ErasureLayout, default_parity, default_set_size, host_range, set_size_problem
 from settings.rules.base import rule
+from settings.rules.scheduling import not_created, team_namespaces
 from settings.types import is_kernel_name
 
 if TYPE_CHECKING:
@@ -136,14 +137,11 @@ def _bucket_problems(s: Settings, add) -> None:
 
 
 def _backup_namespace_problems(s: Settings, add) -> None:
-    team_namespaces = {ns for team in s.scheduling.teams for ns in team.namespace_names}
+    created = team_namespaces(s)
     for i, source in enumerate(s.storage.minio.backup.sources):
-        if source.namespace not in team_namespaces:
-            add(
-                f"storage.minio.backup.sources[{i}].namespace: {source.namespace!r} is not a namespace the program "
-                "creates, so its PersistentVolumeClaim cannot exist and every backup run would fail; name a team's "
-                f"namespace ({', '.join(sorted(team_namespaces)) or 'no team has one: add a team'})"
-            )
+        if source.namespace not in created:
+            consequence = "its PersistentVolumeClaim cannot exist and every backup run would fail"
+            add(not_created(f"storage.minio.backup.sources[{i}].namespace", source.namespace, consequence, created))
 
 
 RULES = (

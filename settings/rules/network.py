@@ -7,7 +7,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from settings.rules.base import rule
-from settings.rules.scheduling import component_namespaces
+from settings.rules.scheduling import component_namespaces, not_created
 
 if TYPE_CHECKING:
     from settings.root import Settings
@@ -84,11 +84,8 @@ def _ipoib_namespace_problems(s: Settings, add) -> None:
     others.pop("network.infiniband.ipoib_network.namespace")
     created = {"default", *others.values()}
     if ipoib.namespace not in created:
-        add(
-            f"network.infiniband.ipoibNetwork.namespace: {ipoib.namespace!r} is not a namespace the program "
-            "creates, so the NetworkAttachmentDefinition cannot be created there; use 'default' or one of "
-            f"{', '.join(sorted(created - {'default'}))}"
-        )
+        consequence = "the NetworkAttachmentDefinition cannot be created there"
+        add(not_created("network.infiniband.ipoibNetwork.namespace", ipoib.namespace, consequence, created))
 
 
 RULES = (

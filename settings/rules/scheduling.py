@@ -26,6 +26,19 @@ SYSTEM_NAMESPACES = {
 }
 
 
+def team_namespaces(s: Settings) -> set[str]:
+    """Every namespace the program creates for the teams (the only ones a team's objects can live in)."""
+    return {ns for team in s.scheduling.teams for ns in team.namespace_names}
+
+
+def not_created(path: str, namespace: str, consequence: str, choices: set[str]) -> str:
+    """The problem of a setting naming a namespace the program does not create."""
+    listed = ", ".join(sorted(choices)) or "no team has one: add a team"
+    return (
+        f"{path}: {namespace!r} is not a namespace the program creates, so {consequence}; name one of these ({listed})"
+    )
+
+
 def platform_namespaces(s: Settings) -> set[str]:
     """Every namespace the platform itself uses: the system ones and those the settings give the components."""
     return SYSTEM_NAMESPACES | set(component_namespaces(s).values())

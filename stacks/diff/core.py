@@ -1,11 +1,5 @@
-"""The diff's model and values: what changed in each resource and whether the provider replaces it.
-
-Each resource is marked create / update / replace / delete-before-replace / delete from the changed
-input paths, the provider's own replace rules (REPLACE_ON, sources named) and the resource options
-recorded in the plan (`replaceOnChanges`, `deleteBeforeReplace`, `protect`, `retainOnDelete`,
-`ignoreChanges`). Values are shown, not just names: old -> new for scalars, a line diff for
-multi-line strings and commands, nested paths for maps and lists (list items matched by `name`).
-Secrets stay `[secret]`; a changed secret is reported without its value (by its digest in the plan).
+"""The diff's model and values: what changed in each resource and whether the provider replaces it
+(the rules are described in the package docstring, `stacks/diff/__init__.py`).
 """
 
 from __future__ import annotations
