@@ -152,8 +152,8 @@ CONTRACT: tuple[OutputSpec, ...] = (
 
 
 # Not secret, but the operators' alone: the inventory (node names, GPU counts, storage host counts, the
-# Zabbix host list naming every machine, NAS hosts included). It changes with each node, and the contract's ConfigMap would be
-# replaced on every node added or removed (a ConfigMap's data is replace-on-change).
+# Zabbix host list naming every machine, NAS hosts included). It changes with each node, and the
+# contract's ConfigMap would be replaced on every node added or removed (ConfigMap data is replace-on-change).
 OPERATORS_ONLY = frozenset({"gpuNodes", "gpuTotal", "gpuSchedulable", "cephFaultTolerance", "monitoredHosts"})
 PUBLIC: tuple[str, ...] = tuple(spec.name for spec in CONTRACT if not spec.secret and spec.name not in OPERATORS_ONLY)
 """The public contract: what every team may read (the cluster's ConfigMap and each team's stack)."""
