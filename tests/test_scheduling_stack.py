@@ -1000,10 +1000,12 @@ def test_every_namespace_the_program_creates_is_reserved(stack, request):
 )
 def test_a_team_given_a_namespace_the_program_creates_is_refused(namespace, creator, tmp_path):
     def grab(config):
-        config["ml-platform:scheduling"]["teams"][2]["namespaces"] = [namespace]
+        config["ml-platform:scheduling"]["teams"][1]["namespaces"] = [namespace]  # vision: no backup source
 
     proc, out = run_plan(tmp_path, grab)
     assert proc.returncode == 2 and not out.exists(), proc.stdout
-    assert f".namespaces[0]: namespace {namespace!r} is a platform namespace" in proc.stderr
+    assert f"teams[1] (vision).namespaces[0]: namespace {namespace!r} is a platform namespace" in proc.stderr or (
+        f"teams[1].namespaces[0]: namespace {namespace!r} is a platform namespace" in proc.stderr
+    )
     # Those a setting names are refused by the settings rules; the others by the plan check, naming the creator.
     assert creator in proc.stderr or namespace in platform_namespaces(load(stack_doc("prod")))
