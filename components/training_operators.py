@@ -9,7 +9,7 @@
 - KubeRay (`ray.io/RayJob`, `RayCluster`), with Volcano as its batch scheduler: KubeRay creates a
   PodGroup for each RayCluster, so Volcano starts the head and all workers together (gang).
 
-Kueue manages exactly the kinds installed here (`scheduling_stack.kueue_frameworks`), and suspends
+Kueue manages exactly the kinds these releases install (`scheduling_stack.kueue_frameworks`), and suspends
 each job until it is admitted: a suspended RayJob has no RayCluster, hence no PodGroup holding
 Volcano's queue before admission. TrainJobs do not use Trainer's Volcano PodGroup policy: the plugin
 makes the PodGroup while the TrainJob is still suspended (kubeflow/trainer#4033), so Kueue's
@@ -125,13 +125,22 @@ class TrainingOperators(pulumi.ComponentResource):
 def trainer_values() -> dict[str, Any]:
     """Values of the kubeflow-trainer chart (2.3.0 values.yaml): JobSet is our own release, and no
     built-in runtimes (their installer Job downloads kubectl at run time): the runtime is ours."""
-    return {"jobset": {"install": False}, "runtimes": {"defaultEnabled": False}}
+    return {
+        "jobset": {"install": False},
+        "runtimes": {"defaultEnabled": False},
+        # The chart sets none (its values suggest these): a container without requests escapes scheduling.
+        "manager": {"resources": {"requests": {"cpu": "100m", "memory": "300Mi"}, "limits": {"memory": "300Mi"}}},
+    }
 
 
 def kuberay_values() -> dict[str, Any]:
     """Values of the kuberay-operator chart (1.7.0 values.yaml): Volcano places each RayCluster's pods
     as one gang."""
-    return {"batchScheduler": {"name": "volcano"}}
+    return {
+        "batchScheduler": {"name": "volcano"},
+        # The chart's limits, and the requests its values.yaml leaves commented out.
+        "resources": {"limits": {"cpu": "100m", "memory": "512Mi"}, "requests": {"cpu": "100m", "memory": "512Mi"}},
+    }
 
 
 def torch_runtime_spec(image: str) -> dict[str, Any]:

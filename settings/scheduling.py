@@ -138,7 +138,7 @@ class WaitForPodsReady(Model):
 
 class TrainingOperators(Model):
     """The operators of the job kinds teams submit for distributed training, each optional. Kueue manages
-    exactly the kinds installed here (plus batch/Job and plain pods)."""
+    exactly the kinds enabled in this block (plus batch/Job and plain pods)."""
 
     jobset: bool = Field(default=False, description="JobSet (`jobset.x-k8s.io/JobSet`); Kubeflow Trainer needs it")
     trainer: bool = Field(

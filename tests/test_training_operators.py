@@ -86,7 +86,10 @@ def test_each_operator_and_its_kueue_integration_come_only_when_enabled(enabled)
 def test_values_keys_exist_in_the_upstream_chart(op, prod_plan):
     resource, _, version, chart, _ = OPERATORS[op]
     values = prod_plan.named(resource)["inputs"].get("values", {})
-    assert unknown_value_paths(values, upstream_values(chart, version)) == []
+    # kuberay-operator's values.yaml has `resources.requests` commented out; the chart passes `resources`
+    # to the container whole (tests/test_render_checks.py renders it and checks every container's requests).
+    skip = {"resources.requests"} if op == "kuberay" else set()
+    assert unknown_value_paths(values, upstream_values(chart, version), skip=skip) == []
 
 
 def test_kuberay_places_ray_clusters_with_volcano(prod_plan):
