@@ -180,13 +180,15 @@ def inventory(total: int, *, pinned: bool = True, gpu_share: float = GPU_SHARE) 
     raw["storage"]["ceph"]["monCount"] = 5 if storage_hosts >= 5 else 3
     # prod's teams (120 nominal GPUs) are kept so every size previews the same scheduling objects; a
     # generated site with fewer GPUs needs overcommit allowed to pass the quota check, and no single team
-    # may ask for more GPUs than the site has.
+    # may ask for more GPUs than the site has, nor lend more than it is given.
     scheduling = copy.deepcopy(raw["scheduling"])
     capacity = sum(n["gpu"]["count"] for n in nodes if n.get("gpu"))
     replicas = raw["gpu"]["timeSlicing"]["replicas"] if raw["gpu"].get("timeSlicing", {}).get("enabled") else 1
     for team in scheduling["teams"]:
         for quota in team["quotas"].values():
             quota["gpus"] = min(quota.get("gpus", 0), capacity * replicas)
+            if quota.get("lendingLimit", {}).get("gpus") is not None:
+                quota["lendingLimit"]["gpus"] = min(quota["lendingLimit"]["gpus"], quota["gpus"])
     raw["scheduling"] = {**scheduling, "allowOvercommit": True}
     return raw
 

@@ -41,6 +41,7 @@ import yaml
 
 from components.remote import HostAccess, host_script
 from settings import ClusterSettings, NetworkSettings, NodeSettings
+from settings.cluster import Oidc
 
 API_PORT = 6443
 SUPERVISOR_PORT = 9345  # RKE2's registration (supervisor) port
@@ -49,6 +50,7 @@ ROLE_LABEL = "ml-platform.io/role"
 CONFIG_DIR = "/etc/rancher/rke2"
 TOKEN_FILE = f"{CONFIG_DIR}/join-token"
 AGENT_TOKEN_FILE = f"{CONFIG_DIR}/agent-token"
+OIDC_CA_FILE = f"{CONFIG_DIR}/oidc-ca.pem"
 
 
 @dataclass(frozen=True)
@@ -315,8 +317,25 @@ def rke2_config(
         )
         if cluster.system_default_registry:
             config["system-default-registry"] = cluster.system_default_registry
+        if cluster.oidc is not None:
+            config["kube-apiserver-arg"] = oidc_apiserver_args(cluster.oidc)
         config.update(server_config)
     return config
+
+
+def oidc_apiserver_args(oidc: Oidc) -> list[str]:
+    """kube-apiserver flags (RKE2 `kube-apiserver-arg`) that make it trust the site's OIDC provider."""
+    args = [
+        f"oidc-issuer-url={oidc.issuer_url}",
+        f"oidc-client-id={oidc.client_id}",
+        f"oidc-username-claim={oidc.username_claim}",
+        f"oidc-username-prefix={oidc.username_prefix}",
+        f"oidc-groups-claim={oidc.groups_claim}",
+        f"oidc-groups-prefix={oidc.groups_prefix}",
+    ]
+    if oidc.ca_pem is not None:
+        args.append(f"oidc-ca-file={OIDC_CA_FILE}")
+    return args
 
 
 def registries_yaml(cluster: ClusterSettings) -> str:
@@ -397,6 +416,8 @@ def rke2_params(
         "REGISTRATION_ADDRESS": f"{cluster.api_endpoint}:{SUPERVISOR_PORT}",
         "JOIN_TIMEOUT": str(cluster.join_timeout_seconds),
         "RENAMED_FROM": node.renamed_from or "",
+        # Only when set: stacks without OIDC keep their step's trigger unchanged.
+        **({"OIDC_CA_PEM": cluster.oidc.ca_pem} if node.control_plane and cluster.oidc and cluster.oidc.ca_pem else {}),
     }
 
 

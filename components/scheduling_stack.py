@@ -18,16 +18,20 @@ tolerate the taint, so a CPU-only job can never take GPU-node quota, whatever th
 flavor `tolerations` Kueue ignores `nodeTaints` at admission, and a CPU-only job would spill onto the
 GPU flavor when the cpu flavor is full.) GPU pods carry the toleration anyway (DESIGN.md).
 
-Per team: namespaces (Pod Security level, team label, Kueue-managed label), a LocalQueue `default` in
-each, a Role with RoleBindings for the team's groups and its CI ServiceAccount, a LimitRange (default
-requests, so no pod escapes Kueue's accounting with zero requests), an object-count ResourceQuota (no
-compute quota: Kueue is the only quota owner), optionally an admission policy limiting the priority
-classes its workloads may name, and a kubeconfig for its CI from a service-account token.
+Per team: namespaces (Pod Security `baseline` for RDMA teams, `restricted` otherwise; team label,
+Kueue-managed label), a LocalQueue `default` in each, a Role with RoleBindings for the team's
+identity-provider groups (and, on sites without OIDC, its CI ServiceAccount), a LimitRange (default
+requests only, so no pod escapes Kueue's accounting with zero requests and a pod that sets only requests
+is admitted), an object-count ResourceQuota (no compute quota: Kueue is the only quota owner) and an
+admission policy limiting the priority its workloads may ask for (Kueue's priority-class label, and no
+pod PriorityClass at all). No credential is made here: the CI ServiceAccount's token is created by the
+team's own stack of the `teams/` program (docs/teams.md), so this stack holds no team secret.
+
+Per-namespace objects are keyed by the namespace, not by the team, so renaming a team keeps them.
 """
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -38,10 +42,11 @@ import yaml
 
 from components.cluster import GPU_TAINT, ROLE_LABEL, node_labels
 from components.helm import release
-from components.namespaces import REASON_ANNOTATION, platform_namespace
+from components.namespaces import REASON_ANNOTATION, platform_namespace, pod_security_labels
 from settings import Charts, NodeSettings, SchedulingSettings
+from settings.cluster import Oidc
 from settings.nodes import TOPOLOGY_LABELS
-from settings.scheduling import CPU_FLAVOR, FlavorQuota, ResourceLimit, Team, gpu_flavor_name
+from settings.scheduling import CPU_FLAVOR, FlavorQuota, ResourceLimit, Team, TrainingOperators, gpu_flavor_name
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -78,14 +83,9 @@ KUEUE_CHART_MANAGER_CONFIG: dict[str, Any] = {
     },
     "clientConnection": {"qps": 300, "burst": 500},
 }
-KUEUE_FRAMEWORKS = [
-    "batch/job",
-    "jobset.x-k8s.io/jobset",
-    "kubeflow.org/pytorchjob",
-    "ray.io/rayjob",
-    "ray.io/raycluster",
-    "pod",  # plain pods and pod groups (`kueue.x-k8s.io/pod-group-name`)
-]
+# Built into Kubernetes: always managed. The operators' kinds are added only when installed
+# (`kueue_frameworks`): Kueue would otherwise wait for CRDs that never come and report them.
+KUEUE_BUILTIN_FRAMEWORKS = ["batch/job", "pod"]  # pod: plain pods and pod groups (`kueue.x-k8s.io/pod-group-name`)
 
 # Volcano's scheduler: the chart default (installer/helm/chart/volcano/config/volcano-scheduler.conf at
 # v1.15.1) without change but stated here, so that no `preempt` or `reclaim` action can slip in: Volcano
@@ -124,8 +124,8 @@ TEAM_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods/log", "events"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/exec", "pods/portforward"], "verbs": ["create"]},
     {
-        "apiGroups": ["batch", "jobset.x-k8s.io", "kubeflow.org", "ray.io"],
-        "resources": ["jobs", "cronjobs", "jobsets", "pytorchjobs", "rayjobs", "rayclusters"],
+        "apiGroups": ["batch", "jobset.x-k8s.io", "trainer.kubeflow.org", "ray.io"],
+        "resources": ["jobs", "cronjobs", "jobsets", "trainjobs", "rayjobs", "rayclusters"],
         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
     },
     {
@@ -134,8 +134,18 @@ TEAM_RULES: list[dict[str, Any]] = [
         "verbs": ["get", "list", "watch"],
     },
 ]
-# Containers without requests would count as zero against Kueue's quota: give them defaults.
-LIMIT_RANGE_DEFAULTS = {"defaultRequest": {"cpu": "1", "memory": "2Gi"}, "default": {"memory": "2Gi"}}
+# Containers without requests would count as zero against Kueue's quota: give them default requests.
+# No default limit: a container that sets only a request (a 200Gi training pod) would get the default
+# limit below its request, which the API server refuses (request must not exceed limit).
+LIMIT_RANGE_DEFAULTS = {"defaultRequest": {"cpu": "1", "memory": "2Gi"}}
+# The kinds whose objects carry Kueue's priority-class label (the job kinds Kueue manages, and pods).
+PRIORITY_LABELLED = {
+    "batch": ["jobs"],
+    "jobset.x-k8s.io": ["jobsets"],
+    "trainer.kubeflow.org": ["trainjobs"],
+    "ray.io": ["rayjobs", "rayclusters"],
+    "": ["pods"],
+}
 # Object counts only; compute quota is Kueue's alone.
 OBJECT_QUOTA = {"services.loadbalancers": "0", "services.nodeports": "0", "persistentvolumeclaims": "200"}
 
@@ -145,7 +155,9 @@ class SchedulingStackArgs:
     scheduling: SchedulingSettings
     charts: Charts
     nodes: Sequence[NodeSettings]
-    api_url: str
+    # The site's identity provider: team RoleBindings name its (prefixed) groups and no CI
+    # ServiceAccount exists. None: teams reach the cluster with their CI ServiceAccount's token.
+    oidc: Optional[Oidc]
     # Extended resources Kueue does not account (e.g. `rdma/ib`: a shared device, not a quota).
     unaccounted_resources: Sequence[str]
     provider: k8s.Provider
@@ -159,8 +171,6 @@ class SchedulingStack(pulumi.ComponentResource):
     namespace_resources: dict[str, pulumi.Resource]  # what objects other components put there wait for
     team_local_queues: dict[str, str]
     team_cluster_queues: dict[str, str]
-    team_kubeconfigs: pulumi.Output[dict[str, str]]
-    """Per team, a kubeconfig for its CI ServiceAccount (secret)."""
     priority_classes: list[str]
 
     def __init__(self, name: str, args: SchedulingStackArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
@@ -210,7 +220,19 @@ class SchedulingStack(pulumi.ComponentResource):
         if topology is not None:
             self._custom("Topology", TOPOLOGY, topology)
         for flavor in resource_flavors(args.nodes):
-            self._custom("ResourceFlavor", flavor["name"], flavor["spec"])
+            gpu, tas = flavor["name"] != CPU_FLAVOR, "topologyName" in flavor["spec"]
+            # Kueue refuses to remove or change topologyName once set, and with it nodeLabels and
+            # tolerations (CRD CEL); a replacement cannot delete a flavor a ClusterQueue lists (its
+            # resource-in-use finalizer waits forever). So such a change is a replacement of a protected
+            # resource: the preview refuses it, and docs/scheduling.md ("Day 2") has the safe procedure.
+            immutable = ["spec.topologyName", *(["spec.nodeLabels", "spec.tolerations"] if tas else [])]
+            self._custom(
+                "ResourceFlavor",
+                flavor["name"],
+                flavor["spec"],
+                protect=gpu,
+                replace_on_changes=immutable if gpu else None,
+            )
         for pc in sched.priority_classes:
             WorkloadPriorityClass(
                 f"{name}-priority-{pc.name}",
@@ -225,20 +247,22 @@ class SchedulingStack(pulumi.ComponentResource):
         self.team_cluster_queues = {t.name: t.name for t in sched.teams}
         self.priority_classes = [pc.name for pc in sched.priority_classes]
         self.namespace_resources = {}
-        kubeconfigs = {team.name: self._team(team) for team in sched.teams}
-        self.team_kubeconfigs = pulumi.Output.secret(pulumi.Output.all(**kubeconfigs)) if kubeconfigs else {}
-        self.register_outputs(
-            {
-                "teamNamespaces": self.team_namespaces,
-                "teamClusterQueues": self.team_cluster_queues,
-                "teamKubeconfigs": self.team_kubeconfigs,
-            }
-        )
+        for team in sched.teams:
+            self._team(team)
+        self.register_outputs({"teamNamespaces": self.team_namespaces, "teamClusterQueues": self.team_cluster_queues})
 
-    def _custom(self, kind: str, name: str, spec: dict[str, Any], namespace: Optional[str] = None, **opts: Any):
+    def _custom(
+        self,
+        kind: str,
+        name: str,
+        spec: dict[str, Any],
+        namespace: Optional[str] = None,
+        resource_name: Optional[str] = None,
+        **opts: Any,
+    ):
         metadata = {"name": name, **({"namespace": namespace} if namespace else {})}
         return k8s.apiextensions.CustomResource(
-            f"{self._name}-{kind.lower()}-{namespace + '-' if namespace else ''}{name}",
+            resource_name or f"{self._name}-{kind.lower()}-{namespace + '-' if namespace else ''}{name}",
             api_version=KUEUE_API,
             kind=kind,
             metadata=metadata,
@@ -246,64 +270,92 @@ class SchedulingStack(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(self._crs, pulumi.ResourceOptions(**opts)),
         )
 
-    def _team(self, team: Team) -> pulumi.Output[str]:
-        """Every object of one team; returns the kubeconfig of its CI ServiceAccount."""
+    def _team(self, team: Team) -> None:
+        """Every object of one team. Per-namespace objects are keyed by the namespace alone, so renaming a
+        team that keeps its namespaces keeps them (the aliases carry over the names they had when they
+        were keyed by the team); the ClusterQueue, its LocalQueues and the team's policy are replaced."""
         args, prefix = self._args, f"{self._name}-team-{team.name}"
         k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.cluster_ready))
-        cluster_queue = self._custom("ClusterQueue", team.name, cluster_queue_spec(team, args.scheduling, args.nodes))
+        cluster_queue = self._custom(
+            "ClusterQueue",
+            team.name,
+            cluster_queue_spec(team, args.scheduling, args.nodes),
+        )
         ci_namespace = team.namespace_names[0]
-        account = f"{team.name}-ci"
-        namespaces = self.namespace_resources
+        account = ci_account(team.name)
         for ns in team.namespace_names:
-            namespaces[ns] = k8s.core.v1.Namespace(
-                f"{prefix}-ns-{ns}",
+            key = f"{self._name}-ns-{ns}"
+
+            def aliased(kind: str, ns: str = ns) -> list[pulumi.Alias]:
+                return [pulumi.Alias(name=f"{prefix}-{kind}-{ns}")]
+
+            namespace = self.namespace_resources[ns] = k8s.core.v1.Namespace(
+                key,
                 metadata={
                     "name": ns,
                     "labels": namespace_labels(team),
                     "annotations": {REASON_ANNOTATION: pod_security_reason(team)},
                 },
                 # Deleting a namespace deletes the team's work in it: dropping a team keeps it (docs/runbook.md).
-                opts=pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(retain_on_delete=True)),
+                opts=pulumi.ResourceOptions.merge(
+                    k8s_opts, pulumi.ResourceOptions(retain_on_delete=True, aliases=aliased("ns"))
+                ),
             )
-            in_ns = pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=[namespaces[ns]]))
+            in_ns = pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=[namespace]))
+
+            def opts(kind: str, in_ns: pulumi.ResourceOptions = in_ns) -> pulumi.ResourceOptions:
+                return pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(aliases=aliased(kind)))
+
             self._custom(
                 "LocalQueue",
                 LOCAL_QUEUE,
                 {"clusterQueue": team.name},
                 namespace=ns,
-                depends_on=[cluster_queue, namespaces[ns]],
+                resource_name=f"{key}-localqueue",
+                depends_on=[cluster_queue, namespace],
+                # `spec.clusterQueue` is immutable (CRD CEL): a team rename replaces the queue, the old one
+                # first (same name in the same namespace). Pending workloads wait for the new one.
+                replace_on_changes=["spec.clusterQueue"],
+                delete_before_replace=True,
+                aliases=[pulumi.Alias(name=f"{self._name}-localqueue-{ns}-{LOCAL_QUEUE}")],
             )
             k8s.rbac.v1.Role(
-                f"{prefix}-role-{ns}", metadata={"name": TEAM_ROLE, "namespace": ns}, rules=TEAM_RULES, opts=in_ns
+                f"{key}-role", metadata={"name": TEAM_ROLE, "namespace": ns}, rules=TEAM_RULES, opts=opts("role")
             )
             k8s.rbac.v1.RoleBinding(
-                f"{prefix}-binding-{ns}",
+                f"{key}-binding",
                 metadata={"name": TEAM_ROLE, "namespace": ns},
                 role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TEAM_ROLE},
-                subjects=team_subjects(team, account, ci_namespace),
-                opts=in_ns,
+                subjects=team_subjects(team, args.oidc, ci_namespace),
+                opts=opts("binding"),
             )
             k8s.core.v1.LimitRange(
-                f"{prefix}-limits-{ns}",
+                f"{key}-limits",
                 metadata={"name": "defaults", "namespace": ns},
                 spec={"limits": [{"type": "Container", **LIMIT_RANGE_DEFAULTS}]},
-                opts=in_ns,
+                opts=opts("limits"),
             )
             k8s.core.v1.ResourceQuota(
-                f"{prefix}-objects-{ns}",
+                f"{key}-objects",
                 metadata={"name": "objects", "namespace": ns},
                 spec={"hard": OBJECT_QUOTA},
-                opts=in_ns,
+                opts=opts("objects"),
             )
-        if team.priority_classes:
-            self._priority_policy(team, prefix, k8s_opts)
-        return self._ci_kubeconfig(team, account, ci_namespace, namespaces[ci_namespace], k8s_opts)
+            if ns == ci_namespace and args.oidc is None:
+                # Its token is made by the team's own `teams/` stack, never here (docs/teams.md).
+                k8s.core.v1.ServiceAccount(
+                    f"{prefix}-ci",
+                    metadata={"name": account, "namespace": ns},
+                    opts=in_ns,
+                )
+        self._priority_policy(team, prefix, k8s_opts)
 
     def _priority_policy(self, team: Team, prefix: str, opts: pulumi.ResourceOptions) -> None:
+        allowed = team.priority_classes or [pc.name for pc in self._args.scheduling.priority_classes]
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{prefix}-priority-policy",
             metadata={"name": f"{team.name}-priority-classes"},
-            spec=priority_policy_spec(team),
+            spec=priority_policy_spec(team.name, allowed),
             opts=opts,
         )
         k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
@@ -316,32 +368,6 @@ class SchedulingStack(pulumi.ComponentResource):
             },
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[policy])),
         )
-
-    def _ci_kubeconfig(
-        self, team: Team, account: str, namespace: str, ns: pulumi.Resource, opts: pulumi.ResourceOptions
-    ) -> pulumi.Output[str]:
-        prefix = f"{self._name}-team-{team.name}"
-        sa = k8s.core.v1.ServiceAccount(
-            f"{prefix}-ci",
-            metadata={"name": account, "namespace": namespace},
-            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[ns])),
-        )
-        # A long-lived token Secret: the token controller fills `token` and `ca.crt`, and the provider
-        # waits for them (pulumi-kubernetes#2048). Deleting the Secret revokes the token.
-        token = k8s.core.v1.Secret(
-            f"{prefix}-ci-token",
-            metadata={
-                "name": f"{account}-token",
-                "namespace": namespace,
-                "annotations": {"kubernetes.io/service-account.name": account},
-            },
-            type="kubernetes.io/service-account-token",
-            opts=pulumi.ResourceOptions.merge(
-                opts, pulumi.ResourceOptions(depends_on=[sa], additional_secret_outputs=["data"])
-            ),
-        )
-        cluster = self._args.api_url
-        return pulumi.Output.secret(token.data).apply(lambda data: team_kubeconfig(team.name, namespace, cluster, data))
 
 
 class WorkloadPriorityClass(pulumi.CustomResource):
@@ -383,12 +409,25 @@ def kueue_manager_config(sched: SchedulingSettings, unaccounted_resources: Seque
             "requeuingStrategy": requeuing,
         },
         "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]},
-        "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+        "integrations": {"frameworks": kueue_frameworks(sched.training_operators)},
     }
     if unaccounted_resources:
         # Without this, a pod requesting `rdma/ib` is inadmissible: no ClusterQueue covers it.
         config["resources"] = {"excludeResourcePrefixes": list(unaccounted_resources)}
     return config
+
+
+def kueue_frameworks(operators: TrainingOperators) -> list[str]:
+    """Kueue's integrations: the built-in kinds, and each installed operator's (framework names from
+    Kueue 0.19.2 `apis/config/v1beta2/configuration_types.go`)."""
+    frameworks = list(KUEUE_BUILTIN_FRAMEWORKS)
+    if operators.jobset:
+        frameworks.append("jobset.x-k8s.io/jobset")
+    if operators.trainer:
+        frameworks.append("trainer.kubeflow.org/trainjob")
+    if operators.kuberay:
+        frameworks += ["ray.io/rayjob", "ray.io/raycluster"]
+    return frameworks
 
 
 def kueue_values(sched: SchedulingSettings, unaccounted_resources: Sequence[str]) -> dict[str, Any]:
@@ -487,64 +526,75 @@ def namespace_labels(team: Team) -> dict[str, str]:
     return {
         TEAM_LABEL: team.name,
         MANAGED_LABEL: "true",
-        "pod-security.kubernetes.io/enforce": team.pod_security,
+        **pod_security_labels(team.pod_security_level),
         "pod-security.kubernetes.io/enforce-version": "latest",
-        "pod-security.kubernetes.io/warn": team.pod_security,
     }
 
 
 def pod_security_reason(team: Team) -> str:
-    if team.pod_security == "privileged":
-        return f"team {team.name} runs RDMA pods (IPC_LOCK for InfiniBand verbs), which baseline refuses"
+    if team.pod_security_level == "baseline" and team.rdma:
+        return (
+            f"team {team.name} runs RDMA pods: the RDMA device plugin's resource, pinned memory under the hosts' "
+            "unlimited memlock limit (no IPC_LOCK), images that run as root (restricted refuses them)"
+        )
     return f"team {team.name}'s workloads, at the level scheduling.teams[].podSecurity sets for them"
 
 
-def team_subjects(team: Team, account: str, ci_namespace: str) -> list[dict[str, str]]:
-    groups = [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": g} for g in team.groups]
-    return [*groups, {"kind": "ServiceAccount", "name": account, "namespace": ci_namespace}]
+def ci_account(team: str) -> str:
+    """The team's CI ServiceAccount on sites without OIDC; its token comes from the team's `teams/` stack."""
+    return f"{team}-ci"
 
 
-def priority_policy_spec(team: Team) -> dict[str, Any]:
-    """Admission refuses a workload of the team that names a priority class the team may not use."""
-    allowed = ", ".join(f"'{c}'" for c in team.priority_classes)
+def team_subjects(team: Team, oidc: Optional[Oidc], ci_namespace: str) -> list[dict[str, str]]:
+    """The team's groups as the API server sees them (with the OIDC groups prefix), and without OIDC its
+    CI ServiceAccount."""
+    prefix = oidc.groups_prefix if oidc is not None else ""
+    groups = [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": prefix + g} for g in team.groups]
+    if oidc is not None:
+        return groups
+    return [*groups, {"kind": "ServiceAccount", "name": ci_account(team.name), "namespace": ci_namespace}]
+
+
+def _cel_list(values: Sequence[str]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def priority_policy_spec(team: str, allowed: Sequence[str]) -> dict[str, Any]:
+    """Admission refuses a workload of the team that asks for a priority it may not have: a Kueue
+    priority class outside `allowed` (label `kueue.x-k8s.io/priority-class`), or any pod PriorityClass
+    (`system-node-critical` would put a team pod above the platform's own and let it preempt them)."""
     label = f"object.metadata.labels['{PRIORITY_LABEL}']"
     return {
         "failurePolicy": "Fail",
         "matchConstraints": {
             "resourceRules": [
                 {
-                    "apiGroups": ["batch", "jobset.x-k8s.io", "kubeflow.org", "ray.io", ""],
+                    "apiGroups": [group],
                     "apiVersions": ["*"],
                     "operations": ["CREATE", "UPDATE"],
-                    "resources": ["jobs", "jobsets", "pytorchjobs", "rayjobs", "rayclusters", "pods"],
+                    "resources": resources,
                 }
+                for group, resources in PRIORITY_LABELLED.items()
             ]
         },
         "validations": [
             {
                 "expression": f"!has(object.metadata.labels) || !('{PRIORITY_LABEL}' in object.metadata.labels)"
-                f" || {label} in [{allowed}]",
-                "message": f"team {team.name} may use the priority classes {', '.join(team.priority_classes)} only",
-            }
+                f" || {label} in {_cel_list(allowed)}",
+                "message": f"team {team} may use the priority classes {', '.join(allowed) or '(none defined)'} only "
+                f"(label {PRIORITY_LABEL})",
+            },
+            {
+                "expression": "request.resource.resource != 'pods' || !has(object.spec.priorityClassName)"
+                " || object.spec.priorityClassName == ''",
+                "message": f"pods of team {team} may not name a PriorityClass (spec.priorityClassName); ask for "
+                f"priority with the label {PRIORITY_LABEL} on the job",
+            },
+            {
+                "expression": "request.resource.resource != 'jobs' || !has(object.spec.template.spec.priorityClassName)"
+                " || object.spec.template.spec.priorityClassName == ''",
+                "message": f"jobs of team {team} may not name a PriorityClass (spec.template.spec.priorityClassName); "
+                f"ask for priority with the label {PRIORITY_LABEL}",
+            },
         ],
     }
-
-
-def team_kubeconfig(team: str, namespace: str, server: str, data: Optional[dict[str, str]]) -> str:
-    """A kubeconfig for the team's CI: the API endpoint, the cluster CA and the ServiceAccount token
-    (both from the token Secret's base64 `data`)."""
-    data = data or {}
-    token = base64.b64decode(data.get("token", "")).decode()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {"name": "ml-platform", "cluster": {"server": server, "certificate-authority-data": data.get("ca.crt", "")}}
-        ],
-        "users": [{"name": f"{team}-ci", "user": {"token": token}}],
-        "contexts": [
-            {"name": team, "context": {"cluster": "ml-platform", "user": f"{team}-ci", "namespace": namespace}}
-        ],
-        "current-context": team,
-    }
-    return yaml.safe_dump(config, sort_keys=False)

@@ -76,6 +76,15 @@ class Charts(Model):
         "volcano", "1.15.1", "https://volcano-sh.github.io/helm-charts", "Volcano (gang scheduling)."
     )
     kueue: Chart = _chart("kueue", "0.19.2", "oci://registry.k8s.io/kueue/charts", "Kueue (quota and admission).")
+    # The training operators (`scheduling.trainingOperators`); installed only when enabled there. JobSet
+    # 0.12.0 is the version Kueue 0.19.2 pins and the Trainer 2.3.0 chart's own subchart.
+    jobset: Chart = _chart("jobset", "0.12.0", "oci://registry.k8s.io/jobset/charts", "JobSet (optional).")
+    kubeflow_trainer: Chart = _chart(
+        "kubeflow-trainer", "2.3.0", "oci://ghcr.io/kubeflow/charts", "Kubeflow Trainer v2, TrainJob (optional)."
+    )
+    kuberay_operator: Chart = _chart(
+        "kuberay-operator", "1.7.0", "https://ray-project.github.io/kuberay-helm/", "KubeRay operator (optional)."
+    )
     zabbix: Chart = _chart("zabbix", "7.0.12", "https://zabbix-community.github.io/helm-zabbix", "Zabbix (monitoring).")
     kube_state_metrics: Chart = _chart(
         "kube-state-metrics",

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+import re
+from typing import Annotated, Literal, Optional
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from settings.types import Cron, Host, HostKey, Image, Model, Name, Port, Rke2Version, Url
 
@@ -90,6 +91,48 @@ class ClusterUpgrade(Model):
     )
 
 
+def _issuer_url(value: str) -> str:
+    """An `https://` URL, kept exactly as given."""
+    # kube-apiserver refuses to start with a non-https issuer, and compares it with the tokens' `iss`
+    # claim character for character: kept exactly as given (no trailing slash removed).
+    if not re.match(r"^https://[^\s/]+(/\S*)?$", value):
+        raise ValueError(
+            f"{value!r} is not an https URL; the API server accepts only https issuers, e.g. 'https://sso.example.com/realms/ml'"
+        )
+    return value
+
+
+def _pem(value: str) -> str:
+    """A PEM certificate (bundle)."""
+    if "-----BEGIN CERTIFICATE-----" not in value or "-----END CERTIFICATE-----" not in value:
+        raise ValueError("not a PEM certificate; paste the CA bundle, BEGIN CERTIFICATE to END CERTIFICATE lines")
+    return value.strip() + "\n"
+
+
+class Oidc(Model):
+    """The site's OpenID Connect identity provider, trusted by the API server (kube-apiserver `--oidc-*`
+    flags): people log in as themselves, and each team's RBAC binds its identity-provider groups."""
+
+    issuer_url: Annotated[str, AfterValidator(_issuer_url)] = Field(
+        description="The provider's issuer URL, exactly as in the tokens' `iss` claim (https only)."
+    )
+    client_id: str = Field(min_length=1, description="The client id the tokens are issued for (their `aud`).")
+    username_claim: str = Field(default="email", min_length=1, description="The claim that names the user.")
+    groups_claim: str = Field(default="groups", min_length=1, description="The claim that lists the user's groups.")
+    username_prefix: str = Field(
+        default="oidc:", description="Prepended to every OIDC user name, so none can pose as a built-in user."
+    )
+    groups_prefix: str = Field(
+        default="oidc:",
+        description="Prepended to every OIDC group (`oidc:ml-vision`), so no token can claim `system:masters`; "
+        "team RoleBindings name the prefixed groups.",
+    )
+    ca_pem: Optional[Annotated[str, AfterValidator(_pem)]] = Field(
+        default=None,
+        description="PEM of the CA that signed the provider's TLS certificate; unset: the servers' system trust.",
+    )
+
+
 class ClusterSettings(Model):
     name: Name = Field(
         description="The cluster's name: kubeconfig names and the Kubernetes provider's `cluster_identifier`."
@@ -142,6 +185,11 @@ class ClusterSettings(Model):
     )
     cis_profile: bool = Field(
         default=False, description="RKE2 `profile: cis`, with the etcd user and sysctls it requires."
+    )
+    oidc: Optional[Oidc] = Field(
+        default=None,
+        description="The site's OIDC identity provider, trusted by the API server: teams log in as themselves "
+        "(docs/teams.md). Unset: each team's CI credential comes from its own stack of the `teams/` program.",
     )
     etcd_snapshots: EtcdSnapshots = Field(default=EtcdSnapshots(), description="RKE2's scheduled etcd snapshots.")
     drain_timeout_seconds: int = Field(

@@ -25,6 +25,19 @@ def gpu_flavor_name(model: str) -> str:
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$")
 
 
+_SUFFIX = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_SUFFIX.update({"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50})
+
+
+def quantity_value(value: str) -> float:
+    """A validated quantity as a number (bytes for memory), to compare two of them."""
+    match = _QUANTITY.match(value)
+    if match is None:
+        raise ValueError(f"{value!r} is not a Kubernetes quantity")
+    suffix = match.group(2)
+    return float(value[: len(value) - len(suffix or "")]) * (_SUFFIX[suffix] if suffix else 1)
+
+
 def _quantity(value: str) -> str:
     if not _QUANTITY.match(value):
         raise ValueError(f"{value!r} is not a Kubernetes quantity; write e.g. '512Gi', '2Ti' or '64'")
@@ -79,21 +92,30 @@ class Team(Model):
     fair_sharing_weight: int = Field(
         default=1, ge=0, le=1000, description="share of the cohort's unused quota relative to other teams"
     )
-    pod_security: Literal["restricted", "baseline", "privileged"] = Field(
-        default="baseline",
-        description="Pod Security Standard enforced on the team's namespaces; `privileged` only for RDMA",
+    pod_security: Optional[Literal["restricted", "baseline"]] = Field(
+        default=None,
+        description="Pod Security Standard enforced on the team's namespaces; unset: `baseline` for an RDMA team, "
+        "`restricted` otherwise (no team namespace is `privileged`)",
     )
     priority_classes: list[Name] = Field(
         default=[],
         description="the priority classes the team's workloads may name (admission refuses others; default: all)",
     )
     rdma: bool = Field(
-        default=False, description="the team runs RDMA pods (they add IPC_LOCK: needs podSecurity privileged)"
+        default=False,
+        description="the team runs RDMA pods: `baseline` (they request the RDMA device plugin's resource and pin "
+        "memory under the hosts' unlimited memlock limit, without IPC_LOCK)",
     )
 
     @property
     def namespace_names(self) -> list[str]:
         return list(self.namespaces) or [self.name]
+
+    @property
+    def pod_security_level(self) -> Literal["restricted", "baseline"]:
+        """Least privilege that works: RDMA pods need `baseline` (restricted forbids running as root, which
+        NCCL/verbs images do), the rest `restricted`."""
+        return self.pod_security or ("baseline" if self.rdma else "restricted")
 
 
 class PriorityClass(Model):
@@ -114,6 +136,27 @@ class WaitForPodsReady(Model):
     )
 
 
+class TrainingOperators(Model):
+    """The operators of the job kinds teams submit for distributed training, each optional. Kueue manages
+    exactly the kinds enabled in this block (plus batch/Job and plain pods)."""
+
+    jobset: bool = Field(default=False, description="JobSet (`jobset.x-k8s.io/JobSet`); Kubeflow Trainer needs it")
+    trainer: bool = Field(
+        default=False,
+        description="Kubeflow Trainer v2 (`trainer.kubeflow.org/TrainJob`) and its `torch-distributed` "
+        "ClusterTrainingRuntime; needs `jobset`",
+    )
+    kuberay: bool = Field(default=False, description="KubeRay (`ray.io/RayJob`, `RayCluster`), gang-placed by Volcano")
+    trainer_runtime_image: str = Field(
+        default="docker.io/pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
+        description="Default image of the `torch-distributed` ClusterTrainingRuntime (the Trainer 2.3.0 chart's "
+        "`files/runtimes/torch-distributed.yaml`); a TrainJob sets its own in `spec.trainer.image`",
+    )
+    jobset_namespace: Name = Field(default="jobset-system", description="Namespace of the JobSet controller.")
+    trainer_namespace: Name = Field(default="kubeflow-system", description="Namespace of the Trainer controller.")
+    kuberay_namespace: Name = Field(default="kuberay-system", description="Namespace of the KubeRay operator.")
+
+
 class SchedulingSettings(Model):
     volcano_namespace: Name = Field(default="volcano-system", description="Namespace of Volcano.")
     kueue_namespace: Name = Field(default="kueue-system", description="Namespace of Kueue.")
@@ -130,5 +173,8 @@ class SchedulingSettings(Model):
     )
     priority_classes: list[PriorityClass] = Field(
         default=[], description="WorkloadPriorityClasses jobs may name in `kueue.x-k8s.io/priority-class`"
+    )
+    training_operators: TrainingOperators = Field(
+        default=TrainingOperators(), description="optional operators for the distributed training job kinds"
     )
     teams: list[Team] = Field(default=[], description="the teams sharing the cluster, one block each")

@@ -66,6 +66,8 @@ class Plan:
     # Digest of each secret config value the stack file holds (of its ciphertext: public data), by key, so
     # that a diff can say a secret such as the join token changed where the resources carrying it do not show it.
     secret_config: dict[str, str] = field(default_factory=dict)
+    # Stack outputs with secrets revealed (unknowns still marked): what a reader of the stack can decrypt.
+    revealed_outputs: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def to_json(self) -> str:
         doc = {
@@ -131,8 +133,11 @@ class _Mocks(mocks.Mocks):
     """A preview: resources echo their inputs; every computed output stays unknown. A StackReference
     reads the outputs given for its stack, the secret ones marked secret as the engine marks them."""
 
-    def __init__(self, stack_references: Mapping[str, StackOutputs]) -> None:
+    def __init__(
+        self, stack_references: Mapping[str, StackOutputs], reads: Optional[Mapping[tuple[str, str], dict]] = None
+    ) -> None:
         self.stack_references = stack_references
+        self.reads = reads or {}
 
     def new_resource(self, args: mocks.MockResourceArgs) -> tuple[Optional[str], dict]:
         if args.typ == "pulumi:pulumi:StackReference":
@@ -142,6 +147,8 @@ class _Mocks(mocks.Mocks):
             ref = self.stack_references[name]
             values = {k: _secret(v) if k in ref.secret else v for k, v in ref.values.items()}
             return name, {"name": name, "outputs": values, "secretOutputNames": sorted(ref.secret)}
+        if (args.typ, args.resource_id) in self.reads:  # `Resource.get` of an object the caller described
+            return args.resource_id, dict(self.reads[(args.typ, args.resource_id)])
         return f"{args.name}-id", dict(args.inputs)
 
     def call(self, args: mocks.MockCallArgs) -> tuple[dict, Optional[list[tuple[str, str]]]]:
@@ -155,9 +162,12 @@ def _secret(value: Any) -> dict[str, Any]:
 
 class _RecordingMonitor(mocks.MockMonitor):
     def __init__(
-        self, stack_references: Mapping[str, StackOutputs], computed: Optional[Mapping[str, Mapping[str, Any]]] = None
+        self,
+        stack_references: Mapping[str, StackOutputs],
+        computed: Optional[Mapping[str, Mapping[str, Any]]] = None,
+        reads: Optional[Mapping[tuple[str, str], dict]] = None,
     ) -> None:
-        super().__init__(_Mocks(stack_references))
+        super().__init__(_Mocks(stack_references, reads))
         self.computed = computed or {}
         self.requests: list[dict[str, Any]] = []
         self.reads: list[dict[str, Any]] = []
@@ -175,6 +185,7 @@ class _RecordingMonitor(mocks.MockMonitor):
                 "protect": bool(request.protect),
                 "retainOnDelete": bool(request.retainOnDelete),
                 "replaceOnChanges": sorted(request.replaceOnChanges),
+                "aliases": sorted(a.spec.name or a.urn for a in request.aliases),
                 # Which inputs depend on which resources: a delete-before-replace deletes first the
                 # dependents whose replace-on-change inputs depend on the replaced resource.
                 "propertyDependencies": {
@@ -198,6 +209,7 @@ class _RecordingMonitor(mocks.MockMonitor):
         return response
 
     def ReadResource(self, request):  # noqa: N802 (gRPC method name)
+        """A read (`Resource.get`, StackReference): what it returns is kept in the reading stack's state."""
         response = super().ReadResource(request)
         self.reads.append(
             {
@@ -210,6 +222,7 @@ class _RecordingMonitor(mocks.MockMonitor):
                 "dependencies": sorted(set(request.dependencies)),
             }
         )
+        self.revealed[response.urn] = _reveal(json_format.MessageToDict(response.properties))
         return response
 
     def _echo(self, request) -> resource_pb2.RegisterResourceResponse:
@@ -290,13 +303,15 @@ def run(
     project: str = PROJECT,
     stack_references: Optional[Mapping[str, StackOutputs]] = None,
     computed: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    reads: Optional[Mapping[tuple[str, str], dict]] = None,
 ) -> Plan:
     """Evaluate `program` (default: the real one, `stacks.platform.run`) for `stack` on the mock engine.
 
     `project`: the program's project (its `pulumi.Config()` namespace); `stack_references`: the
     outputs of the stacks it reads with `pulumi.StackReference`, by fully qualified stack name;
     `computed`: outputs that a real deployment computes, by resource name (tests: a generated
-    password's `result`, a step's `stdout`), known to the program instead of unknown."""
+    password's `result`, a step's `stdout`), known to the program instead of unknown; `reads`: the
+    objects `Resource.get` finds, by (type, id); their state is kept in `Plan.revealed` like inputs."""
     if program is None:
         from stacks import platform
 
@@ -304,14 +319,17 @@ def run(
     runtime_settings.reset_options(project=project, stack=stack)
     runtime_settings.set_root_resource(None)  # type: ignore[arg-type]
     pulumi.runtime.set_all_config(config, secret_keys)
-    monitor = _RecordingMonitor(stack_references or {}, computed)
+    monitor = _RecordingMonitor(stack_references or {}, computed, reads)
     pulumi.runtime.set_mocks(monitor.mocks, project=project, stack=stack, preview=True, monitor=monitor)
 
     outputs: dict[str, Any] = {}
+    revealed_outputs: dict[str, Any] = {}
 
     async def evaluate() -> None:
         for name, value in program().items():
-            outputs[name] = await _resolve(pulumi.Output.from_input(value))
+            output = pulumi.Output.from_input(value)
+            outputs[name] = await _resolve(output)
+            revealed_outputs[name] = _clean(await output.future()) if await output.is_known() else UNKNOWN
 
     with _fewer_collections():
         _sync_await(run_pulumi_func(evaluate))
@@ -324,6 +342,7 @@ def run(
         revealed=monitor.revealed,
         options=monitor.options,
         reads=sorted(monitor.reads, key=lambda r: r["urn"]),
+        revealed_outputs=revealed_outputs,
     )
 
 

@@ -1,8 +1,15 @@
-"""The stack outputs: the contract with the teams that consume this stack.
+"""The stack outputs: the operators' view of the platform, and the public contract with the teams.
 
-Other teams read these with `pulumi stack output` or a StackReference. Renaming or removing one, or
-changing its type or secrecy, breaks them silently: every output is declared here once, the outputs
-table of docs/outputs.md is checked against this list, and `tests/test_outputs_contract.py` pins it.
+The platform stack holds platform secrets (its config, its state, the secret outputs below) and is read
+by the platform operators only. The non-secret outputs are the public contract: the program also writes
+them to the cluster (`components/public_contract.py`), and each team reads them from its own stack of
+the `teams/` program, which holds no platform secret (docs/outputs.md, docs/teams.md). A team never
+references the platform stack: a StackReference copies every output of the stack it reads, secret ones
+included, into the referencing stack's state.
+
+Renaming or removing an output, or changing its type or secrecy, breaks consumers silently: every output
+is declared here once, the outputs table of docs/outputs.md is checked against this list, and
+`tests/test_outputs_contract.py` pins it.
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ CONTRACT: tuple[OutputSpec, ...] = (
         "kubeconfig",
         "string",
         True,
-        "Admin kubeconfig for the cluster, pointing at `apiEndpoint`. Secret: read with `--show-secrets`.",
+        "Admin kubeconfig for the cluster, pointing at `apiEndpoint`. Secret, operators only: read with "
+        "`--show-secrets`.",
     ),
     OutputSpec("gpuNodes", "list[string]", False, "Names of the GPU nodes."),
     OutputSpec("gpuTotal", "integer", False, "Physical GPUs over all GPU nodes (sum of `nodes[].gpu.count`)."),
@@ -113,11 +121,11 @@ CONTRACT: tuple[OutputSpec, ...] = (
     ),
     OutputSpec("teamClusterQueues", "map[string]", False, "Per team, its Kueue ClusterQueue (quota, cohort)."),
     OutputSpec(
-        "teamKubeconfigs",
+        "oidcLogin",
         "map[string]",
-        True,
-        "Per team, a kubeconfig for its CI: a ServiceAccount token valid in the team's namespaces only, the API "
-        "endpoint and CA. Secret.",
+        False,
+        "How people log in (`cluster.oidc`): `issuerUrl` and `clientId` of the site's OIDC provider, for "
+        "`kubectl oidc-login`; empty without OIDC (each team's CI credential then comes from its `teams/` stack).",
     ),
     OutputSpec(
         "workloadPriorityClasses",
@@ -141,6 +149,14 @@ CONTRACT: tuple[OutputSpec, ...] = (
     ),
     OutputSpec("monitoredHosts", "list[string]", False, "Hosts Zabbix monitors: every node, NAS host, cluster, Ceph."),
 )
+
+
+# Not secret, but the operators' alone: the inventory (node names, GPU counts, storage host counts, the
+# Zabbix host list naming every machine, NAS hosts included). It changes with each node, and the
+# contract's ConfigMap would be replaced on every node added or removed (ConfigMap data is replace-on-change).
+OPERATORS_ONLY = frozenset({"gpuNodes", "gpuTotal", "gpuSchedulable", "cephFaultTolerance", "monitoredHosts"})
+PUBLIC: tuple[str, ...] = tuple(spec.name for spec in CONTRACT if not spec.secret and spec.name not in OPERATORS_ONLY)
+"""The public contract: what every team may read (the cluster's ConfigMap and each team's stack)."""
 
 
 def finalize(outputs: Mapping[str, Any]) -> dict[str, Any]:

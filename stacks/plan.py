@@ -20,12 +20,27 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
-from settings import SettingsError
+from settings import NAMESPACE, Settings, SettingsError, load
 from stacks import diff as diffs
-from stacks.engine import SECRET, Plan, evaluate_stack
+from stacks.engine import SECRET, Plan, evaluate_stack, load_stack_config
+from stacks.namespaces import team_namespace_problems
 
 # Exit status of --diff when a protected resource would be replaced or deleted (`pulumi preview` fails too).
 REFUSED = 3
+
+
+def stack_settings(stack: str, config_file: Optional[Path] = None) -> Settings:
+    """The validated settings of the stack config the plan was made from."""
+    config, secret_keys = load_stack_config(stack, config_file)
+    raw: dict[str, Any] = {}
+    for full, value in config.items():
+        namespace, _, key = full.partition(":")
+        if namespace == NAMESPACE and full not in secret_keys:
+            try:
+                raw[key] = json.loads(value)
+            except ValueError:
+                raw[key] = value
+    return load(raw)
 
 
 def summary(plan: Plan) -> str:
@@ -104,6 +119,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.error("give a STACK (e.g. prod) or --diff OLD NEW")
     try:
         plan = evaluate_stack(args.stack, args.config)
+        settings = stack_settings(args.stack, args.config)
+        problems = team_namespace_problems(plan.resources, settings.scheduling.teams)
+        if problems:
+            raise SettingsError(problems)
     except SettingsError as exc:
         print(f"{args.stack}: {exc}", file=sys.stderr)
         return 2

@@ -22,8 +22,10 @@ from components.cluster import ClusterBootstrap, ClusterBootstrapArgs
 from components.gpu_pool import GpuPool, GpuPoolArgs
 from components.minio_tier import MinioTier, MinioTierArgs, etcd_s3_server_config
 from components.network_fabric import NetworkFabric, NetworkFabricArgs
+from components.public_contract import PublicContract, PublicContractArgs
 from components.remote import host_accesses
 from components.scheduling_stack import SchedulingStack, SchedulingStackArgs
+from components.training_operators import TrainingOperators, TrainingOperatorsArgs
 from components.upgrades import ClusterUpgrades, ClusterUpgradesArgs
 from components.zabbix_monitoring import ZabbixMonitoring, ZabbixMonitoringArgs, ZabbixSecrets
 from settings import (
@@ -215,7 +217,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             scheduling=settings.scheduling,
             charts=settings.charts,
             nodes=settings.nodes,
-            api_url=cluster.api_url,
+            oidc=settings.cluster.oidc,
             unaccounted_resources=[network.rdma_resource_name] if network.rdma_resource_name else [],
             provider=cluster.provider,
             cluster_ready=in_cluster,
@@ -237,6 +239,15 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             team_namespaces=scheduling.namespace_resources,
         ),
     )
+    TrainingOperators(
+        "training",
+        TrainingOperatorsArgs(
+            operators=settings.scheduling.training_operators,
+            charts=settings.charts,
+            provider=cluster.provider,
+            cluster_ready=in_cluster,
+        ),
+    )
     monitoring = ZabbixMonitoring(
         "monitoring",
         ZabbixMonitoringArgs(
@@ -254,35 +265,43 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             secrets=secrets.zabbix,
         ),
     )
-    return outputs.finalize(
-        {
-            "apiEndpoint": cluster.api_url,
-            "kubeconfig": cluster.kubeconfig,
-            "gpuNodes": gpu.gpu_nodes,
-            "gpuTotal": gpu.gpu_total,
-            "gpuSchedulable": gpu.gpu_schedulable,
-            # One map for every tier's classes; each storage component contributes its keys.
-            "storageClasses": {**gpu.storage_classes, **ceph.storage_classes},
-            "cephNamespace": ceph.namespace,
-            "cephFaultTolerance": ceph.fault_tolerance,
-            "cni": network.cni,
-            "rdmaResourceName": network.rdma_resource_name,
-            "ibNetworkName": network.ib_network_name,
-            "minioReadToleranceHosts": minio.read_tolerance_hosts,
-            "minioWriteToleranceHosts": minio.write_tolerance_hosts,
-            "minioUsableFraction": minio.usable_fraction,
-            "minioCaCert": minio.ca_cert,
-            "minioRestoreCredentials": minio.restore_credentials,
-            "rke2Token": token,
-            "teamNamespaces": scheduling.team_namespaces,
-            "teamLocalQueues": scheduling.team_local_queues,
-            "teamClusterQueues": scheduling.team_cluster_queues,
-            "teamKubeconfigs": scheduling.team_kubeconfigs,
-            "workloadPriorityClasses": scheduling.priority_classes,
-            "zabbixUrl": monitoring.url,
-            "zabbixApiUser": monitoring.api_user,
-            "zabbixApiToken": monitoring.api_token,
-            "zabbixAdminPassword": monitoring.admin_password,
-            "monitoredHosts": monitoring.monitored_hosts,
-        }
+    oidc = settings.cluster.oidc
+    values = {
+        "apiEndpoint": cluster.api_url,
+        "kubeconfig": cluster.kubeconfig,
+        "gpuNodes": gpu.gpu_nodes,
+        "gpuTotal": gpu.gpu_total,
+        "gpuSchedulable": gpu.gpu_schedulable,
+        # One map for every tier's classes; each storage component contributes its keys.
+        "storageClasses": {**gpu.storage_classes, **ceph.storage_classes},
+        "cephNamespace": ceph.namespace,
+        "cephFaultTolerance": ceph.fault_tolerance,
+        "cni": network.cni,
+        "rdmaResourceName": network.rdma_resource_name,
+        "ibNetworkName": network.ib_network_name,
+        "minioReadToleranceHosts": minio.read_tolerance_hosts,
+        "minioWriteToleranceHosts": minio.write_tolerance_hosts,
+        "minioUsableFraction": minio.usable_fraction,
+        "minioCaCert": minio.ca_cert,
+        "minioRestoreCredentials": minio.restore_credentials,
+        "rke2Token": token,
+        "teamNamespaces": scheduling.team_namespaces,
+        "teamLocalQueues": scheduling.team_local_queues,
+        "teamClusterQueues": scheduling.team_cluster_queues,
+        "oidcLogin": {"issuerUrl": oidc.issuer_url, "clientId": oidc.client_id} if oidc else {},
+        "workloadPriorityClasses": scheduling.priority_classes,
+        "zabbixUrl": monitoring.url,
+        "zabbixApiUser": monitoring.api_user,
+        "zabbixApiToken": monitoring.api_token,
+        "zabbixAdminPassword": monitoring.admin_password,
+        "monitoredHosts": monitoring.monitored_hosts,
+    }
+    PublicContract(
+        "contract",
+        PublicContractArgs(
+            values={name: values[name] for name in outputs.PUBLIC},
+            provider=cluster.provider,
+            cluster_ready=in_cluster,
+        ),
     )
+    return outputs.finalize(values)

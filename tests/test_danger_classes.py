@@ -137,9 +137,9 @@ def test_a_namespace_that_is_really_deleted_is_named(prod_base):
     head = json.loads(evaluate("prod").to_json())
     base = json.loads(json.dumps(head))
     for resource in base["resources"]:
-        if resource["name"] == "scheduling-team-vision-ns-vision":
+        if resource["name"] == "scheduling-ns-vision":
             resource["options"]["retainOnDelete"] = False  # a namespace the program would really delete
-    head["resources"] = [r for r in head["resources"] if r["name"] != "scheduling-team-vision-ns-vision"]
+    head["resources"] = [r for r in head["resources"] if r["name"] != "scheduling-ns-vision"]
     line = one(diff.compare(base, head).danger, "namespace vision would be deleted")
     assert "PersistentVolumeClaims" in line
 

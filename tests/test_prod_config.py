@@ -17,6 +17,15 @@ UNSET_IN_PROD = {
     "nodes[].topology",
     "nodes[].topology.block",
     "nodes[].topology.rack",
+    # No identity provider client for the cluster yet: teams use the CI token of their `teams/` stack.
+    "cluster.oidc",
+    "cluster.oidc.issuerUrl",
+    "cluster.oidc.clientId",
+    "cluster.oidc.usernameClaim",
+    "cluster.oidc.groupsClaim",
+    "cluster.oidc.usernamePrefix",
+    "cluster.oidc.groupsPrefix",
+    "cluster.oidc.caPem",
 }
 
 

@@ -8,23 +8,22 @@ and what bad scheduling settings say.
 
 from __future__ import annotations
 
-import base64
+import json
 from pathlib import Path
 from typing import Any
 
+import celpy  # requirements-dev.txt: cel-python, a real CEL implementation
 import kubernetes_validate  # requirements-dev.txt: Kubernetes' own JSON schemas, offline
 import pytest
 import yaml
 
 from components.cluster import GPU_TAINT, node_labels, node_taints
-from components.scheduling_stack import (
-    KUEUE_CHART_MANAGER_CONFIG,
-    KUEUE_FRAMEWORKS,
-    TEAM_LABEL,
-    team_kubeconfig,
-)
+from components.scheduling_stack import KUEUE_CHART_MANAGER_CONFIG, TEAM_LABEL
 from settings import load
-from stacks import engine
+from settings.rules.scheduling import platform_namespaces
+from settings.scheduling import gpu_flavor_name, quantity_value
+from stacks import diff, engine
+from stacks.namespaces import platform_created
 from tests.conftest import ROOT, evaluate, problems, run_plan, stack_doc, tolerates
 from tests.upstream import crd_schema, crd_schema_errors, spec_schema, unknown_value_paths, upstream_values
 
@@ -121,15 +120,15 @@ def test_kueue_manager_config_keeps_the_charts_settings_and_adds_the_platforms(p
     for key, value in chart_default.items():
         if key != "integrations":
             assert ours[key] == value == KUEUE_CHART_MANAGER_CONFIG[key], key
-    assert ours["integrations"]["frameworks"] == KUEUE_FRAMEWORKS
-    assert {
+    # prod installs every training operator: Kueue manages each installed kind, and nothing else.
+    assert ours["integrations"]["frameworks"] == [
         "batch/job",
+        "pod",
         "jobset.x-k8s.io/jobset",
-        "kubeflow.org/pytorchjob",
+        "trainer.kubeflow.org/trainjob",
         "ray.io/rayjob",
         "ray.io/raycluster",
-        "pod",
-    } <= set(KUEUE_FRAMEWORKS)
+    ]
     assert ours["fairSharing"]["preemptionStrategies"]
     assert ours["waitForPodsReady"] == {
         "timeout": "900s",
@@ -299,12 +298,33 @@ def team_namespace_objects(plan: engine.Plan) -> dict[str, dict]:
 
 def test_team_namespaces_carry_team_kueue_and_pod_security_labels(prod_plan):
     namespaces = team_namespace_objects(prod_plan)
-    assert namespaces["research"]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
-    assert namespaces["llm-train"]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    # Least privilege that works: RDMA teams baseline, the rest restricted, enforced, audited and warned.
+    assert namespaces["research"]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert namespaces["llm-train"]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
     for team, nss in prod_plan.outputs["teamNamespaces"].items():
         for ns in nss:
             labels = namespaces[ns]["metadata"]["labels"]
             assert labels[TEAM_LABEL] == team and labels["ml-platform.io/kueue-managed"] == "true"
+            for mode in ("enforce", "audit", "warn"):
+                assert labels[f"pod-security.kubernetes.io/{mode}"] in ("baseline", "restricted")
+
+
+@pytest.mark.parametrize("stack", ["prod", "lab"])
+def test_no_team_namespace_is_privileged(stack, request):
+    plan = request.getfixturevalue(f"{stack}_plan")
+    settings = load(stack_doc(stack))
+    namespaces = team_namespace_objects(plan)
+    for team in settings.scheduling.teams:
+        for ns in team.namespace_names:
+            level = namespaces[ns]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+            assert level == ("baseline" if team.rdma else "restricted"), (ns, level)
+
+
+def test_privileged_is_no_longer_a_team_level():
+    def privileged(raw):
+        _teams(raw)[0]["podSecurity"] = "privileged"
+
+    assert any(p.startswith("scheduling.teams[0].podSecurity") for p in problems("prod", privileged))
 
 
 def _bindings_of(plan: engine.Plan, subject: dict) -> list[dict]:
@@ -323,13 +343,12 @@ def test_one_teams_credential_cannot_reach_another_teams_namespaces(prod_plan):
         (r["inputs"]["metadata"]["namespace"], r["inputs"]["metadata"]["name"]): r["inputs"]["rules"]
         for r in prod_plan.by_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
     }
-    secrets = [s["inputs"] for s in prod_plan.by_type("kubernetes:core/v1:Secret")]
+    accounts = [a["inputs"]["metadata"] for a in prod_plan.by_type("kubernetes:core/v1:ServiceAccount")]
     for team, own in teams.items():
-        # The kubeconfig's token is the token of this ServiceAccount (the Secret the controller fills).
-        token_secret = next(s for s in secrets if s["metadata"]["name"] == f"{team}-ci-token")
-        assert token_secret["type"] == "kubernetes.io/service-account-token"
-        account = token_secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
-        subject = {"kind": "ServiceAccount", "name": account, "namespace": token_secret["metadata"]["namespace"]}
+        # The team's CI identity (its token is made by the team's `teams/` stack, tests/test_teams.py).
+        account = next(a for a in accounts if a["name"] == f"{team}-ci")
+        assert account["namespace"] == own[0]
+        subject = {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
         bindings = _bindings_of(prod_plan, subject)
         assert {b["kind"] for b in bindings} == {"RoleBinding"}, "no cluster-wide binding for a team credential"
         reachable = {b["metadata"]["namespace"] for b in bindings}
@@ -357,25 +376,6 @@ def test_one_teams_credential_cannot_reach_another_teams_namespaces(prod_plan):
         for group in team["groups"]:
             reachable = {b["metadata"]["namespace"] for b in _bindings_of(prod_plan, {"kind": "Group", "name": group})}
             assert reachable == set(teams[team["name"]])
-
-
-def test_team_kubeconfig_output_is_secret_and_the_token_never_appears_in_the_plan(prod_plan):
-    assert prod_plan.outputs["teamKubeconfigs"] == engine.SECRET
-    for s in prod_plan.by_type("kubernetes:core/v1:Secret"):
-        if s["inputs"]["metadata"]["name"].endswith("-ci-token"):
-            assert "data" not in s["inputs"] and "stringData" not in s["inputs"]
-            assert "data" in prod_plan.options[s["urn"]]["additionalSecretOutputs"]
-
-
-def test_team_kubeconfig_holds_endpoint_ca_token_and_namespace():
-    data = {"token": base64.b64encode(b"tok-123").decode(), "ca.crt": "Q0EK"}
-    config = yaml.safe_load(team_kubeconfig("vision", "vision", "https://10.20.0.10:6443", data))
-    assert config["clusters"][0]["cluster"] == {
-        "server": "https://10.20.0.10:6443",
-        "certificate-authority-data": "Q0EK",
-    }
-    assert config["users"][0]["user"] == {"token": "tok-123"}
-    assert config["contexts"][0]["context"]["namespace"] == "vision"
 
 
 def test_priority_classes_and_the_policy_that_limits_a_team_to_its_own(prod_plan):
@@ -438,9 +438,24 @@ BAD_INPUTS = {
         lambda raw: _teams(raw)[2].update({"priorityClasses": ["urgent"]}),
         "scheduling.teams[2].priorityClasses: 'urgent' is not defined",
     ),
-    "rdma without privileged": (
-        lambda raw: _teams(raw)[1].update({"podSecurity": "baseline"}),
-        "scheduling.teams[1].podSecurity: team 'vision' runs RDMA pods, which need the IPC_LOCK capability",
+    "lending above nominal gpus": (
+        lambda raw: _teams(raw)[0]["quotas"][H100].update({"lendingLimit": {"gpus": 65}}),
+        f"scheduling.teams[0].quotas.{H100}.lendingLimit.gpus: 65 is above the nominal quota (64)",
+    ),
+    "lending above nominal memory": (
+        lambda raw: _teams(raw)[0]["quotas"][H100].update({"lendingLimit": {"memory": "16Ti"}}),
+        f"scheduling.teams[0].quotas.{H100}.lendingLimit.memory: 16Ti is above the nominal quota (15360Gi)",
+    ),
+    "trainer without jobset": (
+        lambda raw: raw["scheduling"].update({"trainingOperators": {"trainer": True}}),
+        "scheduling.trainingOperators.trainer: Kubeflow Trainer runs every TrainJob as a JobSet",
+    ),
+    "gpu models spelled differently": (
+        lambda raw: next(n for n in raw["nodes"] if n["name"] == "gpu-02")["gpu"].update(
+            {"model": "nvidia h100 80gb hbm3"}
+        ),
+        "nodes[36].gpu.model: 'nvidia h100 80gb hbm3' is the GPU model 'NVIDIA H100 80GB HBM3' of other nodes "
+        "spelled differently",
     ),
     "gpus on the cpu flavor": (
         lambda raw: _teams(raw)[2]["quotas"]["cpu"].update({"gpus": 2}),
@@ -512,8 +527,19 @@ def test_overquota_exits_2_and_registers_nothing(tmp_path: Path):
 WORKLOADS = ROOT / "examples" / "workloads"
 K8S_VERSION = "1.35.0"  # the Kubernetes minor of cluster.rke2Version (v1.35.x+rke2r1)
 CRDS = {
-    ("kubeflow.org/v1", "PyTorchJob"): (("training-operator", "v1.9.4", "kubeflow.org_pytorchjobs.yaml"), "v1"),
     ("ray.io/v1", "RayJob"): (("kuberay", "v1.7.0", "ray.io_rayjobs.yaml"), "v1"),
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): (("jobset", "v0.12.0", "jobset.x-k8s.io_jobsets.yaml"), "v1alpha2"),
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): (
+        ("kubeflow-trainer", "v2.3.0", "trainer.kubeflow.org_trainjobs.yaml"),
+        "v1alpha1",
+    ),
+}
+# The Kueue framework, the training operator that must be installed, and the resource (plural) per kind.
+KINDS = {
+    "Job": ("batch/job", None, "jobs"),
+    "JobSet": ("jobset.x-k8s.io/jobset", "jobset", "jobsets"),
+    "TrainJob": ("trainer.kubeflow.org/trainjob", "trainer", "trainjobs"),
+    "RayJob": ("ray.io/rayjob", "kuberay", "rayjobs"),
 }
 
 
@@ -524,13 +550,48 @@ def example_docs() -> list[tuple[str, dict]]:
     return docs
 
 
-def pod_specs(doc: dict) -> list[dict]:
+def trainjob_pod_spec(doc: dict, plan: engine.Plan) -> dict:
+    """The pod of a TrainJob's `node` Job as Trainer builds it: the ClusterTrainingRuntime's template,
+    the TrainJob's image, command, env and resources, then its runtimePatches (merge by name)."""
+    name = doc["spec"]["runtimeRef"]["name"]
+    runtime = next(
+        r["inputs"]["spec"]
+        for r in plan.by_type(f"kubernetes:{TRAINER}:ClusterTrainingRuntime")
+        if r["inputs"]["metadata"]["name"] == name
+    )
+    [node] = runtime["template"]["spec"]["replicatedJobs"]
+    pod = yaml.safe_load(yaml.safe_dump(node["template"]["spec"]["template"]["spec"]))
+    trainer = doc["spec"]["trainer"]
+    container = pod["containers"][0]
+    container.update({"image": trainer["image"], "command": trainer["command"], "env": trainer.get("env", [])})
+    container["resources"] = trainer["resourcesPerNode"]
+    for patch in doc["spec"].get("runtimePatches", []):
+        for job in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
+            if job["name"] != node["name"]:
+                continue
+            extra = job["template"]["spec"]["template"]["spec"]
+            for key, value in extra.items():
+                if key == "containers":
+                    for patched in value:
+                        target = next(c for c in pod["containers"] if c["name"] == patched["name"])
+                        target.update({k: v for k, v in patched.items() if k != "name"})
+                else:
+                    pod[key] = value
+    return pod
+
+
+TRAINER = "trainer.kubeflow.org/v1alpha1"
+
+
+def pod_specs(doc: dict, plan: engine.Plan) -> list[dict]:
     """Every pod spec a workload object will create."""
     spec = doc["spec"]
     if doc["kind"] == "Job":
         return [spec["template"]["spec"]]
-    if doc["kind"] == "PyTorchJob":
-        return [r["template"]["spec"] for r in spec["pytorchReplicaSpecs"].values()]
+    if doc["kind"] == "JobSet":
+        return [r["template"]["spec"]["template"]["spec"] for r in spec["replicatedJobs"]]
+    if doc["kind"] == "TrainJob":
+        return [trainjob_pod_spec(doc, plan)]
     if doc["kind"] == "RayJob":
         cluster = spec["rayClusterSpec"]
         return [cluster["headGroupSpec"]["template"]["spec"]] + [
@@ -539,24 +600,25 @@ def pod_specs(doc: dict) -> list[dict]:
     return []
 
 
-def test_examples_cover_the_four_workload_shapes():
+def test_examples_cover_every_job_kind_teams_submit():
     kinds = {(name, doc["kind"]) for name, doc in example_docs()}
     assert {
         ("pytorch-ddp-job.yaml", "Job"),
-        ("pytorchjob.yaml", "PyTorchJob"),
-        ("rayjob.yaml", "RayJob"),
         ("tf-multiworker-job.yaml", "Job"),
+        ("trainjob.yaml", "TrainJob"),
+        ("jobset.yaml", "JobSet"),
+        ("rayjob.yaml", "RayJob"),
     } <= kinds
 
 
 @pytest.mark.parametrize("name,doc", example_docs(), ids=lambda v: v if isinstance(v, str) else v["kind"])
-def test_example_validates_against_kubernetes_and_upstream_crd_schemas(name, doc):
+def test_example_validates_against_kubernetes_and_upstream_crd_schemas(name, doc, prod_plan):
     key = (doc["apiVersion"], doc["kind"])
     if key in CRDS:
         (parts, version) = CRDS[key]
         body = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind", "metadata")}
         assert crd_schema_errors(body, crd_schema(*parts, crd_version=version)) == []
-        for spec in pod_specs(doc):
+        for spec in pod_specs(doc, prod_plan):
             pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": spec}
             kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
     else:
@@ -571,44 +633,379 @@ def test_kubernetes_schema_check_really_refuses_a_wrong_field():
         kubernetes_validate.validate(bad, K8S_VERSION, strict=True)
 
 
-@pytest.mark.parametrize(
-    "name,doc",
-    [d for d in example_docs() if d[1]["kind"] != "Service"],
-    ids=lambda v: v if isinstance(v, str) else v["kind"],
-)
+WORKLOAD_DOCS = [d for d in example_docs() if d[1]["kind"] != "Service"]
+
+
+@pytest.mark.parametrize("name,doc", WORKLOAD_DOCS, ids=lambda v: v if isinstance(v, str) else v["kind"])
 def test_example_fits_the_prod_teams_queues_and_gangs(name, doc, prod_plan):
     settings = load(stack_doc("prod"))
-    labels = doc["metadata"]["labels"]
     team = next(t for t in settings.scheduling.teams if doc["metadata"]["namespace"] in t.namespace_names)
-    # Two labels: the team's LocalQueue and a priority class the team may use.
-    assert labels["kueue.x-k8s.io/queue-name"] == "default"
-    assert labels["kueue.x-k8s.io/priority-class"] in team.priority_classes
-    # One scheduler: Volcano places every pod.
-    specs = pod_specs(doc)
-    assert specs and all(spec["schedulerName"] == "volcano" for spec in specs if doc["kind"] != "RayJob")
-    if doc["kind"] == "RayJob":
-        assert labels["ray.io/scheduler-name"] == "volcano"
+    specs = pod_specs(doc, prod_plan)
+    assert specs
+    # Gang: Volcano places every pod of a Job (min member = parallelism) and of a RayCluster (KubeRay's
+    # batch scheduler); JobSets and TrainJobs are admitted whole by Kueue and guarded by waitForPodsReady.
     if doc["kind"] == "Job":
+        assert all(spec["schedulerName"] == "volcano" for spec in specs)
         assert doc["metadata"]["annotations"]["scheduling.volcano.sh/group-min-member"] == str(
             doc["spec"]["parallelism"]
         )
-    if doc["kind"] == "PyTorchJob":
-        replicas = sum(r["replicas"] for r in doc["spec"]["pytorchReplicaSpecs"].values())
-        assert doc["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == replicas
+    if doc["kind"] == "RayJob":
+        assert doc["metadata"]["labels"]["ray.io/scheduler-name"] == "volcano"
     cq = next(q["spec"] for q in kueue(prod_plan, "ClusterQueue") if q["metadata"]["name"] == team.name)
     for spec in specs:
         for container in spec["containers"]:
-            limits = container["resources"]["limits"]
-            gpus = int(limits.get("nvidia.com/gpu", 0))
-            tolerations = spec.get("tolerations", [])
-            requests = {"cpu": 1, "nvidia.com/gpu": gpus}
-            assigned = eligible_flavors(prod_plan, cq, requests, tolerations)
+            resources = container["resources"]
+            gpus = int({**resources.get("requests", {}), **resources.get("limits", {})}.get("nvidia.com/gpu", 0))
+            assigned = eligible_flavors(prod_plan, cq, {"cpu": 1, "nvidia.com/gpu": gpus}, spec.get("tolerations", []))
             assert assigned, (name, container["name"])
             if gpus:
                 assert assigned == [H100]
                 assert any(m["mountPath"] == "/dev/shm" for m in container["volumeMounts"])
-            if "rdma/ib" in limits:
-                assert "IPC_LOCK" in container["securityContext"]["capabilities"]["add"]
-                assert team.rdma and team.pod_security == "privileged"
-            else:
-                assert "IPC_LOCK" not in str(container.get("securityContext", {}))
+            if "rdma/ib" in resources.get("limits", {}):
+                assert team.rdma
+            # No example needs IPC_LOCK: pinned memory comes from the hosts' memlock limit.
+            assert "IPC_LOCK" not in str(container.get("securityContext", {}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Admission: every policy the program installs, run on the examples and on what must be refused
+# ---------------------------------------------------------------------------------------------
+
+BASELINE_CAPABILITIES = {
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
+    "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+}  # fmt: skip
+RESTRICTED_VOLUMES = {
+    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret",
+}  # fmt: skip
+
+
+def pod_security_violations(spec: dict, level: str) -> list[str]:
+    """The Pod Security Standards' controls (kubernetes.io/docs/concepts/security/pod-security-standards,
+    policy version latest) that a pod spec breaks at `level`."""
+    found = []
+    containers = [*spec.get("initContainers", []), *spec["containers"]]
+    pod_sc = spec.get("securityContext", {})
+    for host in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(host):
+            found.append(host)
+    if any("hostPath" in v for v in spec.get("volumes", [])):
+        found.append("hostPath volumes")
+    for c in containers:
+        sc = c.get("securityContext", {})
+        if sc.get("privileged"):
+            found.append(f"{c['name']}: privileged")
+        added = set(sc.get("capabilities", {}).get("add", []))
+        if added - BASELINE_CAPABILITIES:
+            found.append(f"{c['name']}: capabilities {sorted(added - BASELINE_CAPABILITIES)}")
+        if any(p.get("hostPort") for p in c.get("ports", [])):
+            found.append(f"{c['name']}: hostPort")
+        if sc.get("seccompProfile", {}).get("type") == "Unconfined":
+            found.append(f"{c['name']}: seccomp Unconfined")
+    if level == "baseline":
+        return found
+    for v in spec.get("volumes", []):
+        kinds = set(v) - {"name"}
+        if kinds - RESTRICTED_VOLUMES:
+            found.append(f"volume {v['name']}: {sorted(kinds)}")
+    for c in containers:
+        sc = c.get("securityContext", {})
+        if sc.get("allowPrivilegeEscalation") is not False:
+            found.append(f"{c['name']}: allowPrivilegeEscalation != false")
+        if not sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")):
+            found.append(f"{c['name']}: runAsNonRoot != true")
+        if sc.get("runAsUser", pod_sc.get("runAsUser")) == 0:
+            found.append(f"{c['name']}: runAsUser 0")
+        seccomp = sc.get("seccompProfile", pod_sc.get("seccompProfile", {})).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            found.append(f"{c['name']}: seccompProfile")
+        if "ALL" not in sc.get("capabilities", {}).get("drop", []):
+            found.append(f"{c['name']}: capabilities.drop ALL")
+        if set(sc.get("capabilities", {}).get("add", [])) - {"NET_BIND_SERVICE"}:
+            found.append(f"{c['name']}: capabilities.add beyond NET_BIND_SERVICE")
+    return found
+
+
+def limit_ranged(container: dict, limit_range: dict) -> dict:
+    """The container's resources after the LimitRanger admission plugin's defaulting
+    (plugin/pkg/admission/limitranger): a missing limit takes `default`, a missing request takes
+    `defaultRequest` (or the limit, the API server's own defaulting)."""
+    limits = dict(container.get("resources", {}).get("limits", {}))
+    requests = dict(container.get("resources", {}).get("requests", {}))
+    for item in limit_range["spec"]["limits"]:
+        for resource, value in item.get("default", {}).items():
+            limits.setdefault(resource, value)
+        for resource in limits:
+            requests.setdefault(resource, limits[resource])
+        for resource, value in item.get("defaultRequest", {}).items():
+            requests.setdefault(resource, value)
+    return {"limits": limits, "requests": requests}
+
+
+def resource_problems(resources: dict) -> list[str]:
+    """What the API server's validation refuses: a request above its limit."""
+    return [
+        f"{r}: request {resources['requests'][r]} > limit {limit}"
+        for r, limit in resources["limits"].items()
+        if r in resources["requests"] and quantity_value(str(resources["requests"][r])) > quantity_value(str(limit))
+    ]
+
+
+def policy_of(plan: engine.Plan, team: str) -> dict:
+    return next(
+        p["inputs"]["spec"]
+        for p in plan.by_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
+        if p["inputs"]["metadata"]["name"] == f"{team}-priority-classes"
+    )
+
+
+def policy_denials(policy: dict, obj: dict, resource: str) -> list[str]:
+    """The policy's validations evaluated by a real CEL implementation (cel-python) on `obj`, as the
+    API server evaluates them (`object`, `request.resource.resource`), when its rules match."""
+    group = {"pods": "", "jobs": "batch"}.get(resource)
+    rules = policy["matchConstraints"]["resourceRules"]
+    if not any(resource in rule["resources"] and (group is None or group in rule["apiGroups"]) for rule in rules):
+        return []
+    env = celpy.Environment()
+    activation = {"object": celpy.json_to_cel(obj), "request": celpy.json_to_cel({"resource": {"resource": resource}})}
+    return [
+        v["message"]
+        for v in policy["validations"]
+        if not env.program(env.compile(v["expression"])).evaluate(activation)
+    ]
+
+
+@pytest.mark.parametrize("name,doc", WORKLOAD_DOCS, ids=lambda v: v if isinstance(v, str) else v["kind"])
+def test_example_is_admissible_under_every_policy_the_program_installs(name, doc, prod_plan):
+    ns = doc["metadata"]["namespace"]
+    namespace = team_namespace_objects(prod_plan)[ns]
+    team = namespace["metadata"]["labels"][TEAM_LABEL]
+    # The kind's operator is installed and Kueue manages it.
+    framework, operator, resource = KINDS[doc["kind"]]
+    config = yaml.safe_load(_release(prod_plan, "kueue")["values"]["managerConfig"]["controllerManagerConfigYaml"])
+    assert framework in config["integrations"]["frameworks"]
+    if operator:
+        assert prod_plan.named(f"training-{operator}")
+    # Its queue is a LocalQueue of its namespace.
+    queues = {(q["metadata"]["namespace"], q["metadata"]["name"]) for q in kueue(prod_plan, "LocalQueue")}
+    assert (ns, doc["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]) in queues
+    # The team's priority policy (CEL) admits the object and each of its pods.
+    policy = policy_of(prod_plan, team)
+    assert policy_denials(policy, doc, resource) == []
+    level = namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+    limit_range = next(
+        r["inputs"]
+        for r in prod_plan.by_type("kubernetes:core/v1:LimitRange")
+        if r["inputs"]["metadata"]["namespace"] == ns
+    )
+    for spec in pod_specs(doc, prod_plan):
+        pod = {"metadata": {"name": "p", "namespace": ns}, "spec": spec}
+        assert policy_denials(policy, pod, "pods") == []
+        assert pod_security_violations(spec, level) == [], (name, level)
+        for container in spec["containers"]:
+            assert resource_problems(limit_ranged(container, limit_range)) == [], (name, container["name"])
+
+
+def test_priority_policy_refuses_what_a_team_may_not_ask_for(prod_plan):
+    research = policy_of(prod_plan, "research")
+    job = {
+        "metadata": {"name": "j", "labels": {"kueue.x-k8s.io/priority-class": "research"}},
+        "spec": {"template": {"spec": {"containers": []}}},
+    }
+    assert policy_denials(research, job, "jobs") == []
+    job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "production"  # the llm and vision teams' class
+    assert policy_denials(research, job, "jobs") == [
+        "team research may use the priority classes research, preemptible only (label kueue.x-k8s.io/priority-class)"
+    ]
+    for klass in ("system-node-critical", "system-cluster-critical", "anything"):
+        pod = {"metadata": {"name": "p"}, "spec": {"priorityClassName": klass, "containers": []}}
+        assert len(policy_denials(research, pod, "pods")) == 1, klass
+        template = {"metadata": {"name": "j"}, "spec": {"template": {"spec": {"priorityClassName": klass}}}}
+        assert len(policy_denials(research, template, "jobs")) == 1, klass
+    # A team with every class (llm) is still refused the pod PriorityClass.
+    llm = policy_of(prod_plan, "llm")
+    pod = {"metadata": {"name": "p"}, "spec": {"priorityClassName": "system-node-critical", "containers": []}}
+    assert len(policy_denials(llm, pod, "pods")) == 1
+    # Every team has its policy, bound to its namespaces by the team label.
+    bindings = {
+        b["inputs"]["spec"]["policyName"]: b["inputs"]["spec"]
+        for b in prod_plan.by_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding")
+    }
+    for team in prod_plan.outputs["teamNamespaces"]:
+        binding = bindings[f"{team}-priority-classes"]
+        assert binding["validationActions"] == ["Deny"]
+        assert binding["matchResources"]["namespaceSelector"] == {"matchLabels": {TEAM_LABEL: team}}
+
+
+def test_a_team_without_a_priority_list_may_use_every_defined_class_only():
+    def no_list(raw):
+        _teams(raw)[2].pop("priorityClasses")
+
+    policy = policy_of(evaluate("prod", no_list), "research")
+    job = {"metadata": {"name": "j", "labels": {"kueue.x-k8s.io/priority-class": "production"}}, "spec": {}}
+    assert policy_denials(policy, job, "jobsets") == []
+    job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "urgent"
+    assert len(policy_denials(policy, job, "jobsets")) == 1
+
+
+def test_a_request_only_pod_is_admitted_under_the_limit_range(prod_plan):
+    limit_range = next(r["inputs"] for r in prod_plan.by_type("kubernetes:core/v1:LimitRange"))
+    big = {
+        "name": "trainer",
+        "resources": {"requests": {"memory": "200Gi", "cpu": "32"}, "limits": {"nvidia.com/gpu": 8}},
+    }
+    assert resource_problems(limit_ranged(big, limit_range)) == []
+    bare = limit_ranged({"name": "c"}, limit_range)
+    assert bare["requests"] == {"cpu": "1", "memory": "2Gi"}  # no pod escapes Kueue's accounting
+    # The emulation can refuse: a default memory limit of 2Gi (what the LimitRange had) breaks it.
+    old = {
+        "spec": {"limits": [{"type": "Container", "default": {"memory": "2Gi"}, **limit_range["spec"]["limits"][0]}]}
+    }
+    assert resource_problems(limit_ranged(big, old)) == ["memory: request 200Gi > limit 2Gi"]
+
+
+def test_pod_security_check_refuses_what_the_standards_refuse():
+    ipc_lock = {"containers": [{"name": "c", "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}}}]}
+    assert pod_security_violations(ipc_lock, "baseline") == ["c: capabilities ['IPC_LOCK']"]
+    host = {"containers": [{"name": "c"}], "volumes": [{"name": "v", "hostPath": {"path": "/"}}]}
+    assert "hostPath volumes" in pod_security_violations(host, "baseline")
+    root = {"containers": [{"name": "c"}]}
+    assert pod_security_violations(root, "baseline") == []
+    assert "c: runAsNonRoot != true" in pod_security_violations(root, "restricted")
+
+
+# ---------------------------------------------------------------------------------------------
+# Kueue settings that a wrong edit would silently weaken
+# ---------------------------------------------------------------------------------------------
+
+
+def cluster_queues(plan: engine.Plan) -> dict[str, dict]:
+    return {q["metadata"]["name"]: q["spec"] for q in kueue(plan, "ClusterQueue")}
+
+
+def test_nominal_quota_is_reclaimed_from_borrowers_and_priority_rules_inside_a_queue(prod_plan):
+    # reclaimWithinCohort Never (Kueue's default) would let a borrower keep a team's guaranteed GPUs.
+    for name, spec in cluster_queues(prod_plan).items():
+        assert spec["preemption"] == {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"}, name
+
+
+def test_fair_sharing_weight_is_each_teams_own():
+    def weights(raw):
+        _teams(raw)[2]["fairSharingWeight"] = 5
+
+    queues = cluster_queues(evaluate("prod", weights))
+    assert {n: q["fairSharing"]["weight"] for n, q in queues.items()} == {"llm": "2", "vision": "1", "research": "5"}
+
+
+@pytest.mark.parametrize("stack", ["prod", "lab"])
+def test_each_cluster_queue_selects_exactly_its_teams_namespaces(stack, request):
+    plan = request.getfixturevalue(f"{stack}_plan")
+    namespaces = team_namespace_objects(plan)
+    # Every namespace the program creates, platform ones included: a selector must pick the team's only.
+    for name, spec in cluster_queues(plan).items():
+        selector = spec["namespaceSelector"]
+        assert selector.get("matchLabels"), f"{name}: an empty selector admits workloads of every namespace"
+        selected = {
+            ns for ns, obj in namespaces.items() if selector["matchLabels"].items() <= obj["metadata"]["labels"].items()
+        }
+        assert selected == set(plan.outputs["teamNamespaces"][name]), name
+
+
+def test_every_gpu_flavor_selects_exactly_the_nodes_of_its_model():
+    def two_models(raw):
+        for node in raw["nodes"]:
+            if node["name"] in ("gpu-14", "gpu-15"):
+                node["gpu"]["model"] = "NVIDIA L40S"
+        _teams(raw)[0]["quotas"][H100]["gpus"] = 48  # 13 H100 nodes left: 104 GPUs
+
+    plan = evaluate("prod", two_models)
+    settings = load(stack_doc("prod"))
+    gpu_flavors = [f for f in kueue(plan, "ResourceFlavor") if f["metadata"]["name"] != "cpu"]
+    assert {f["metadata"]["name"] for f in gpu_flavors} == {H100, "nvidia-l40s"}
+    for flavor in gpu_flavors:
+        labels = flavor["spec"]["nodeLabels"]
+        assert "ml-platform.io/gpu-model" in labels, flavor["metadata"]["name"]
+        raw = stack_doc("prod")
+        two_models(raw)
+        selected = {n.name for n in load(raw).nodes if labels.items() <= node_labels(n).items()}
+        expected = {n.name for n in load(raw).gpu_nodes if gpu_flavor_name(n.gpu.model) == flavor["metadata"]["name"]}
+        assert selected == expected and selected, flavor["metadata"]["name"]
+    assert settings.gpu_nodes
+
+
+# ---------------------------------------------------------------------------------------------
+# Day 2: immutable fields, renames
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_local_queue_is_replaced_when_its_cluster_queue_changes(prod_plan):
+    for q in prod_plan.by_type("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue"):
+        options = prod_plan.options[q["urn"]]
+        # spec.clusterQueue is immutable (CRD CEL `self == oldSelf`): an update would be rejected.
+        assert options["replaceOnChanges"] == ["spec.clusterQueue"], q["name"]
+        assert options["deleteBeforeReplace"], "same name in the same namespace: the old one goes first"
+
+
+def test_topology_aware_flavors_refuse_an_immutable_change_at_preview(topology_plan, prod_plan):
+    for f in topology_plan.by_type("kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"):
+        options = topology_plan.options[f["urn"]]
+        if "topologyName" in f["inputs"]["spec"]:
+            assert options["protect"]
+            assert options["replaceOnChanges"] == ["spec.nodeLabels", "spec.tolerations", "spec.topologyName"]
+    # Removing the topology (the nodes lose theirs) is refused at preview, not rejected by Kueue mid-up.
+    removed = {r["name"]: r for r in prod_plan.by_type("kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor")}
+    result = diff.compare(json.loads(topology_plan.to_json()), json.loads(prod_plan.to_json()))
+    text = diff.render_text(result)
+    assert f'unable to replace resource "{removed[f"scheduling-resourceflavor-{H100}"]["urn"]}"' in text
+
+
+def test_renaming_a_team_that_keeps_its_namespaces_keeps_its_namespaced_objects(prod_plan):
+    def rename(raw):
+        _teams(raw)[1].update({"name": "vision-cv", "namespaces": ["vision"]})
+        for team in _teams(raw):
+            team["quotas"] = dict(team["quotas"])
+
+    renamed = evaluate("prod", rename)
+
+    def namespaced(plan):
+        return {r["name"] for r in plan.resources if r["name"].startswith("scheduling-ns-vision")}
+
+    assert namespaced(prod_plan) == namespaced(renamed) and len(namespaced(prod_plan)) == 6
+    ns = renamed.named("scheduling-ns-vision")["inputs"]["metadata"]
+    assert ns["labels"][TEAM_LABEL] == "vision-cv"
+    assert renamed.named("scheduling-ns-vision-localqueue")["inputs"]["spec"] == {"clusterQueue": "vision-cv"}
+    # Objects deployed under their old, team-keyed names are adopted, not recreated.
+    namespace_urn = prod_plan.named("scheduling-ns-vision")["urn"]
+    assert prod_plan.options[namespace_urn]["aliases"] == ["scheduling-team-vision-ns-vision"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reserved namespaces: computed from what the program creates
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", ["prod", "lab"])
+def test_every_namespace_the_program_creates_is_reserved(stack, request):
+    plan = request.getfixturevalue(f"{stack}_plan")
+    created = platform_created(plan.resources)
+    # Every platform component's namespace, including those no setting names (the upgrade controller's).
+    assert {"kueue-system", "volcano-system", "monitoring", "system-upgrade"} <= set(created)
+    team_namespaces = {ns for nss in plan.outputs["teamNamespaces"].values() for ns in nss}
+    assert not team_namespaces & set(created)
+
+
+@pytest.mark.parametrize(
+    "namespace,creator",
+    [("system-upgrade", "upgrades-namespace"), ("kuberay-system", "training-kuberay"), ("monitoring", "monitoring")],
+)
+def test_a_team_given_a_namespace_the_program_creates_is_refused(namespace, creator, tmp_path):
+    def grab(config):
+        config["ml-platform:scheduling"]["teams"][1]["namespaces"] = [namespace]  # vision: no backup source
+
+    proc, out = run_plan(tmp_path, grab)
+    assert proc.returncode == 2 and not out.exists(), proc.stdout
+    assert f"teams[1] (vision).namespaces[0]: namespace {namespace!r} is a platform namespace" in proc.stderr or (
+        f"teams[1].namespaces[0]: namespace {namespace!r} is a platform namespace" in proc.stderr
+    )
+    # Those a setting names are refused by the settings rules; the others by the plan check, naming the creator.
+    assert creator in proc.stderr or namespace in platform_namespaces(load(stack_doc("prod")))

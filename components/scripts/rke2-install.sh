@@ -15,11 +15,11 @@
 # A server whose config has no `server:` (the init server) joins the running cluster instead of
 # initialising a new one whenever the registration address answers and the host has no etcd data.
 # Parameters: NODE_NAME RKE2_TYPE (server|agent) RKE2_VERSION INSTALLER_URL ARTIFACT_URL
-#   INSTALL_METHOD RKE2_CONFIG REGISTRIES_YAML KUBE_VIP_MANIFEST REGISTRATION_ADDRESS JOIN_TIMEOUT
+#   INSTALL_METHOD RKE2_CONFIG OIDC_CA_PEM REGISTRIES_YAML KUBE_VIP_MANIFEST REGISTRATION_ADDRESS JOIN_TIMEOUT
 #   RENAMED_FROM HOST_ROOT (tests only: prefix of the paths this script reads and writes)
 set -euo pipefail
 : "${NODE_NAME:?}" "${RKE2_TYPE:?}" "${RKE2_VERSION:?}" "${INSTALLER_URL:?}" "${INSTALL_METHOD:?}" "${RKE2_CONFIG:?}"
-: "${ARTIFACT_URL=}" "${REGISTRIES_YAML=}" "${KUBE_VIP_MANIFEST=}" "${REGISTRATION_ADDRESS=}" "${JOIN_TIMEOUT:=900}"
+: "${ARTIFACT_URL=}" "${OIDC_CA_PEM=}" "${REGISTRIES_YAML=}" "${KUBE_VIP_MANIFEST=}" "${REGISTRATION_ADDRESS=}" "${JOIN_TIMEOUT:=900}"
 : "${RENAMED_FROM=}"
 umask 077
 
@@ -107,6 +107,12 @@ if [[ -n $REGISTRIES_YAML ]]; then
   write_file "$etc/registries.yaml" 0600 "$REGISTRIES_YAML" && restart=true
 else
   remove_file "$etc/registries.yaml" && restart=true
+fi
+if [[ -n $OIDC_CA_PEM ]]; then
+  # The CA of the site's OIDC provider (kube-apiserver-arg oidc-ca-file): public, 0644.
+  write_file "$etc/oidc-ca.pem" 0644 "$OIDC_CA_PEM" && restart=true
+else
+  remove_file "$etc/oidc-ca.pem" && restart=true
 fi
 if [[ -n $KUBE_VIP_MANIFEST ]]; then
   write_file "$static_pods/kube-vip.yaml" 0600 "$KUBE_VIP_MANIFEST" || true

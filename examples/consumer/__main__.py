@@ -1,19 +1,20 @@
 """The vision team's program: a shared datasets volume in its namespace on the ML platform.
 
-It knows the platform only through its stack outputs (the contract in the platform's
-`stacks/outputs.py`), read with a StackReference:
-- `teamKubeconfigs` (secret) holds, per team, a kubeconfig for the team's CI ServiceAccount: valid in
-  the team's namespaces only, never cluster-admin. It configures this program's own Kubernetes
-  provider. A StackReference returns the platform's secret outputs as secrets, so the kubeconfig stays
-  encrypted in this stack's state too.
-- `teamNamespaces` names the team's namespaces (the platform creates them, with their queue, quota
+It knows the platform only through its team's stack of the platform's `teams/` program
+(`<org>/ml-platform-teams/<env>-<team>`), read with a StackReference. That stack holds the platform's
+public contract and this team's own credential, and nothing else: never the platform stack, whose
+secrets a StackReference would copy into this stack's state.
+- `kubeconfig` (secret) is the team's CI credential: valid in the team's namespaces only, never
+  cluster-admin. It configures this program's own Kubernetes provider. A StackReference returns
+  secret outputs as secrets, so it stays encrypted in this stack's state too.
+- `namespaces` names the team's namespaces (the platform creates them, with their queue, quota
   and Pod Security level; the team cannot create namespaces).
 - `storageClasses` maps tiers to StorageClass names: datasets go on `tier2Shared` (CephFS,
   ReadWriteMany, shared by every pod of a training job); `tier1` (local NVMe) is for scratch. A
   platform stack without storage hosts has no tier 2: this program then fails its preview, by design.
 - `apiEndpoint` is re-exported for the team's scripts.
 
-    pulumi config set platformStack organization/ml-platform/prod
+    pulumi config set teamStack organization/ml-platform-teams/prod-vision
     pulumi preview
 """
 
@@ -27,12 +28,10 @@ import pulumi_kubernetes as k8s
 
 def program() -> dict[str, Any]:
     config = pulumi.Config()
-    platform = pulumi.StackReference("platform", stack_name=config.require("platformStack"))
-    team = config.require("team")
-    # require_output: a renamed or removed platform output fails this preview, instead of a silent None.
-    # A team missing from the platform's settings fails here too (KeyError), not at deploy time.
-    kubeconfig = platform.require_output("teamKubeconfigs").apply(lambda configs: configs[team])
-    namespace = platform.require_output("teamNamespaces").apply(lambda namespaces: namespaces[team][0])
+    team_stack = pulumi.StackReference("team-stack", stack_name=config.require("teamStack"))
+    # require_output: a renamed or removed output fails this preview, instead of a silent None.
+    kubeconfig = team_stack.require_output("kubeconfig")
+    namespace = team_stack.require_output("namespaces").apply(lambda namespaces: namespaces[0])
     provider = k8s.Provider("platform", kubeconfig=kubeconfig, namespace=namespace)
     in_platform = pulumi.ResourceOptions(provider=provider)
 
@@ -41,7 +40,9 @@ def program() -> dict[str, Any]:
         metadata={"name": "datasets", "namespace": namespace},
         spec={
             "accessModes": ["ReadWriteMany"],
-            "storageClassName": platform.require_output("storageClasses").apply(lambda classes: classes["tier2Shared"]),
+            "storageClassName": team_stack.require_output("storageClasses").apply(
+                lambda classes: classes["tier2Shared"]
+            ),
             "resources": {"requests": {"storage": config.require("datasetsSize")}},
         },
         opts=in_platform,
@@ -49,7 +50,7 @@ def program() -> dict[str, Any]:
     return {
         "namespace": namespace,
         "datasetsClaim": datasets.metadata["name"],
-        "apiEndpoint": platform.require_output("apiEndpoint"),
+        "apiEndpoint": team_stack.require_output("apiEndpoint"),
     }
 
 

@@ -6,7 +6,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from settings.rules.base import rule
-from settings.scheduling import CPU_FLAVOR, gpu_flavor_name
+from settings.scheduling import CPU_FLAVOR, gpu_flavor_name, quantity_value
 
 if TYPE_CHECKING:
     from settings.root import Settings
@@ -90,13 +90,8 @@ def _team_problems(s: Settings, add) -> None:
                 add(f"{field}: namespace {ns!r} belongs to more than one team; give each team its own namespaces")
             if ns in reserved:
                 add(f"{field}: namespace {ns!r} is a platform namespace; give the team another namespace")
-        if team.rdma and team.pod_security != "privileged":
-            add(
-                f"{at}.podSecurity: team {team.name!r} runs RDMA pods, which need the IPC_LOCK capability (pinned "
-                f"memory for InfiniBand verbs); Pod Security {team.pod_security!r} refuses it: set "
-                "podSecurity: privileged, or rdma: false"
-            )
         for flavor, quota in team.quotas.items():
+            _lending_problems(f"{at}.quotas.{flavor}", quota, add)
             for limit in ("borrowing_limit", "lending_limit"):
                 if getattr(quota, limit) is not None and sched.cohort is None:
                     camel = "borrowingLimit" if limit == "borrowing_limit" else "lendingLimit"
@@ -104,6 +99,50 @@ def _team_problems(s: Settings, add) -> None:
                         f"{at}.quotas.{flavor}.{camel}: only applies inside a cohort and scheduling.cohort is null; "
                         f"set scheduling.cohort or remove {camel}"
                     )
+
+
+def _lending_problems(at: str, quota, add) -> None:
+    """Kueue accepts a lendingLimit above the nominal quota and then lends what the team does not have."""
+    if quota.lending_limit is None:
+        return
+    nominal = {"gpus": quota.gpus, "cpu": quota.cpu, "memory": quota.memory}
+    for field in ("gpus", "cpu", "memory"):
+        limit = getattr(quota.lending_limit, field)
+        if limit is None:
+            continue
+        value, cap = (
+            (quantity_value(limit), quantity_value(nominal[field])) if field == "memory" else (limit, nominal[field])
+        )
+        if value > cap:
+            add(
+                f"{at}.lendingLimit.{field}: {limit} is above the nominal quota ({nominal[field]}); a team can lend "
+                f"at most what it has: lower it to {nominal[field]} or less"
+            )
+
+
+def _gpu_model_problems(s: Settings, add) -> None:
+    """One flavor per GPU model, compared case-insensitively (`gpu_flavor_name`); the flavor selects its
+    nodes by the model label, whose value keeps the spelling: every node of a model must spell it alike,
+    or the flavor would select only some of them."""
+    first: dict[str, str] = {}
+    for i, node in enumerate(s.nodes):
+        if node.gpu is None:
+            continue
+        model = first.setdefault(gpu_flavor_name(node.gpu.model), node.gpu.model)
+        if node.gpu.model != model:
+            add(
+                f"nodes[{i}].gpu.model: {node.gpu.model!r} is the GPU model {model!r} of other nodes spelled "
+                f"differently; write {model!r} on every node of that model"
+            )
+
+
+def _operator_problems(s: Settings, add) -> None:
+    ops = s.scheduling.training_operators
+    if ops.trainer and not ops.jobset:
+        add(
+            "scheduling.trainingOperators.trainer: Kubeflow Trainer runs every TrainJob as a JobSet; "
+            "set scheduling.trainingOperators.jobset: true as well"
+        )
 
 
 def _priority_class_problems(s: Settings, add) -> None:
@@ -178,6 +217,8 @@ def _quantity_is_zero(quantity: str) -> bool:
 RULES = (
     rule(_team_problems, "each team's names, namespaces and Pod Security", "*"),
     rule(_priority_class_problems, "the teams' priority classes", "scheduling", "scheduling"),
+    rule(_operator_problems, "the training operators", "scheduling", "scheduling"),
+    rule(_gpu_model_problems, "one spelling per GPU model", "nodes", "nodes"),
     rule(_quota_problems, "the teams' GPU quotas against the GPU nodes", "scheduling nodes gpu", "nodes scheduling"),
     rule(_quota_reach_problems, "what each team's quota can admit", "scheduling nodes gpu", "nodes"),
 )

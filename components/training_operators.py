@@ -1,0 +1,164 @@
+"""TrainingOperators: the controllers of the distributed-training job kinds teams submit, each optional.
+
+- JobSet (`jobset.x-k8s.io/JobSet`): groups of Jobs started and failed together; Kubeflow Trainer runs
+  every TrainJob as one.
+- Kubeflow Trainer v2 (`trainer.kubeflow.org/TrainJob`), with the `torch-distributed`
+  ClusterTrainingRuntime that TrainJobs name in `spec.runtimeRef` (PyTorch DDP/torchrun). Its chart's
+  own JobSet subchart is off: JobSet is the release above (the chart says so: `jobset.install` must be
+  false when JobSet is installed separately).
+- KubeRay (`ray.io/RayJob`, `RayCluster`), with Volcano as its batch scheduler: KubeRay creates a
+  PodGroup for each RayCluster, so Volcano starts the head and all workers together (gang).
+
+Kueue manages exactly the kinds these releases install (`scheduling_stack.kueue_frameworks`), and suspends
+each job until it is admitted: a suspended RayJob has no RayCluster, hence no PodGroup holding
+Volcano's queue before admission. TrainJobs do not use Trainer's Volcano PodGroup policy: the plugin
+makes the PodGroup while the TrainJob is still suspended (kubeflow/trainer#4033), so Kueue's
+all-or-nothing admission and `waitForPodsReady` are their gang guard (docs/scheduling.md).
+
+Charts, versions and values are checked against the upstream charts (JobSet 0.12.0, Kubeflow Trainer
+2.3.0, KubeRay operator 1.7.0) in the tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.helm import release
+from components.namespaces import platform_namespace
+from settings import Charts
+from settings.scheduling import TrainingOperators as TrainingOperatorsSettings
+
+TRAINER_API = "trainer.kubeflow.org/v1alpha1"
+TORCH_RUNTIME = "torch-distributed"
+
+
+@dataclass(frozen=True)
+class TrainingOperatorsArgs:
+    operators: TrainingOperatorsSettings
+    charts: Charts
+    provider: k8s.Provider
+    cluster_ready: Sequence[pulumi.Resource]
+
+
+class TrainingOperators(pulumi.ComponentResource):
+    """The enabled operators' namespaces and Helm releases; nothing at all when none is enabled."""
+
+    installed: list[str]
+    """The operators installed (`jobset`, `trainer`, `kuberay`)."""
+
+    def __init__(self, name: str, args: TrainingOperatorsArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
+        super().__init__("mlplatform:scheduling:TrainingOperators", name, None, opts)
+        ops, charts = args.operators, args.charts
+        self.installed = [op for op in ("jobset", "trainer", "kuberay") if getattr(ops, op)]
+        common = {"provider": args.provider, "parent": self}
+        jobset = None
+        if ops.jobset:
+            ns = platform_namespace(
+                f"{name}-jobset-namespace",
+                ops.jobset_namespace,
+                "baseline",
+                "JobSet's chart sets no runAsNonRoot, no seccomp profile on its controller (restricted needs both)",
+                depends_on=args.cluster_ready,
+                **common,
+            )
+            jobset = release(
+                f"{name}-jobset",
+                charts.jobset,
+                release_name="jobset",
+                namespace=ops.jobset_namespace,
+                values={},  # the published chart's defaults: registry.k8s.io/jobset/jobset:v0.12.0
+                depends_on=[*args.cluster_ready, ns],
+                **common,
+            )
+        if ops.trainer:
+            ns = platform_namespace(
+                f"{name}-trainer-namespace",
+                ops.trainer_namespace,
+                "restricted",
+                "the Trainer controller runs as non-root, seccomp RuntimeDefault, all capabilities dropped",
+                depends_on=args.cluster_ready,
+                **common,
+            )
+            trainer = release(
+                f"{name}-trainer",
+                charts.kubeflow_trainer,
+                release_name="kubeflow-trainer",
+                namespace=ops.trainer_namespace,
+                values=trainer_values(),
+                depends_on=[*args.cluster_ready, ns, *([jobset] if jobset else [])],
+                **common,
+            )
+            k8s.apiextensions.CustomResource(
+                f"{name}-trainer-runtime-{TORCH_RUNTIME}",
+                api_version=TRAINER_API,
+                kind="ClusterTrainingRuntime",
+                metadata={"name": TORCH_RUNTIME, "labels": {"trainer.kubeflow.org/framework": "torch"}},
+                spec=torch_runtime_spec(ops.trainer_runtime_image),
+                opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[trainer]),
+            )
+        if ops.kuberay:
+            ns = platform_namespace(
+                f"{name}-kuberay-namespace",
+                ops.kuberay_namespace,
+                "restricted",
+                "the KubeRay operator runs as non-root, seccomp RuntimeDefault, all capabilities dropped",
+                depends_on=args.cluster_ready,
+                **common,
+            )
+            release(
+                f"{name}-kuberay",
+                charts.kuberay_operator,
+                release_name="kuberay-operator",
+                namespace=ops.kuberay_namespace,
+                values=kuberay_values(),
+                depends_on=[*args.cluster_ready, ns],
+                **common,
+            )
+        self.register_outputs({"installed": self.installed})
+
+
+def trainer_values() -> dict[str, Any]:
+    """Values of the kubeflow-trainer chart (2.3.0 values.yaml): JobSet is our own release, and no
+    built-in runtimes (their installer Job downloads kubectl at run time): the runtime is ours."""
+    return {
+        "jobset": {"install": False},
+        "runtimes": {"defaultEnabled": False},
+        # The chart sets none (its values suggest these): a container without requests escapes scheduling.
+        "manager": {"resources": {"requests": {"cpu": "100m", "memory": "300Mi"}, "limits": {"memory": "300Mi"}}},
+    }
+
+
+def kuberay_values() -> dict[str, Any]:
+    """Values of the kuberay-operator chart (1.7.0 values.yaml): Volcano places each RayCluster's pods
+    as one gang."""
+    return {
+        "batchScheduler": {"name": "volcano"},
+        # The chart's limits, and the requests its values.yaml leaves commented out.
+        "resources": {"limits": {"cpu": "100m", "memory": "512Mi"}, "requests": {"cpu": "100m", "memory": "512Mi"}},
+    }
+
+
+def torch_runtime_spec(image: str) -> dict[str, Any]:
+    """`torch-distributed` as the Trainer 2.3.0 chart ships it (`files/runtimes/torch-distributed.yaml`):
+    torchrun over JobSet, one replicated Job `node`; a TrainJob sets the node count, image and resources."""
+    return {
+        "mlPolicy": {"numNodes": 1, "torch": {}},
+        "template": {
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "node",
+                        "template": {
+                            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                            "spec": {"template": {"spec": {"containers": [{"name": "node", "image": image}]}}},
+                        },
+                    }
+                ]
+            }
+        },
+    }
