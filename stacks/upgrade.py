@@ -18,7 +18,7 @@ import argparse
 import json
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Optional
 
 from components.upgrades import NAMESPACE, POOLS, SERVER_PLAN, agent_plan_name
@@ -58,7 +58,7 @@ def retry(plan: str, kubectl: list[str]) -> int:
         print(f"failed: {job} on node {node} ({why})")
     if not failed:
         print(f"no failed Job of {plan} is left (deleted after its TTL, or none failed); touching the Plan")
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     for args in retry_commands(plan, [job for job, _, _ in failed], now):
         if _kubectl(kubectl, args) is None:
             return 1

@@ -127,7 +127,8 @@ def test_a_pending_upgrade_has_one_server_plan_with_a_delay_and_agent_plans_gate
 
 def test_a_pool_without_nodes_gets_no_plan():
     lab = evaluate("lab", bump)  # every lab CPU agent is a storage host
-    assert not [n for n in load(stack_doc("lab")).nodes if not n.control_plane and n.role == "cpu" and not n.storage_host]
+    lab_nodes = load(stack_doc("lab")).nodes
+    assert not [n for n in lab_nodes if not n.control_plane and n.role == "cpu" and not n.storage_host]
     assert sorted(plans(lab)) == ["gpu-agent-plan", "server-plan", "storage-agent-plan"]
 
     settings = load(stack_doc("prod"))
@@ -183,7 +184,8 @@ def test_each_pool_has_its_own_concurrency_window_and_drain():
     pending = evaluate("prod", pools)
     gpu, storage, cpu = (plan_spec(pending, name) for name in AGENT_PLANS)
     assert (gpu["concurrency"], storage["concurrency"], cpu["concurrency"]) == (3, 1, 5)
-    assert gpu["window"] == {"days": ["saturday"], "startTime": "22:00", "endTime": "06:00", "timeZone": "Europe/Berlin"}
+    window = {"days": ["saturday"], "startTime": "22:00", "endTime": "06:00", "timeZone": "Europe/Berlin"}
+    assert gpu["window"] == window
     assert "window" not in storage and "window" not in cpu
     assert gpu["drain"] == {
         "deleteEmptydirData": True,
@@ -262,7 +264,7 @@ def test_agent_deadlines_cover_the_wait_for_every_server_then_the_drain(stack, s
         spec = plan_spec(pending, name)
         drain = int(spec["drain"]["timeout"].rstrip("s"))
         assert spec["jobActiveDeadlineSecs"] == server_plan_worst + drain + UPGRADE_SECONDS, name
-    gpu, storage = (plan_spec(pending, name)["jobActiveDeadlineSecs"] for name in ("gpu-agent-plan", "storage-agent-plan"))
+    gpu, storage = (plan_spec(pending, n)["jobActiveDeadlineSecs"] for n in ("gpu-agent-plan", "storage-agent-plan"))
     assert gpu - storage == 7200 - 900  # each pool's own drain timeout
 
 
@@ -295,8 +297,20 @@ class Cluster:
 
 
 def job(plan: str, node: str, condition: str | None) -> dict:
-    status = {"conditions": [{"type": condition, "status": "True", "reason": "DeadlineExceeded",
-                              "message": "Job was active longer than specified deadline"}]} if condition else {}
+    status = (
+        {
+            "conditions": [
+                {
+                    "type": condition,
+                    "status": "True",
+                    "reason": "DeadlineExceeded",
+                    "message": "Job was active longer than specified deadline",
+                }
+            ]
+        }
+        if condition
+        else {}
+    )
     return {
         "metadata": {
             "name": f"apply-{plan}-on-{node}-with-0123abcd",
@@ -469,8 +483,15 @@ def test_a_tagged_upgrade_image_is_refused(image):
 
 
 def test_a_mirror_with_a_port_is_an_untagged_repository():
-    assert problems("prod", lambda raw: raw["cluster"].update(
-        {"upgrade": {"upgradeImage": "registry.example:5000/rancher/rke2-upgrade"}})) == []
+    assert (
+        problems(
+            "prod",
+            lambda raw: raw["cluster"].update(
+                {"upgrade": {"upgradeImage": "registry.example:5000/rancher/rke2-upgrade"}}
+            ),
+        )
+        == []
+    )
 
 
 def test_the_server_delay_comes_from_settings():
@@ -543,8 +564,10 @@ def test_plans_match_the_upstream_crd(name):
         bump(raw)
         raw["cluster"]["upgrade"] = {
             "waitTimeoutSeconds": 3600,
-            "gpu": {"window": {"days": ["sunday"], "startTime": "01:00", "endTime": "05:00"},
-                    "drain": {"gracePeriodSeconds": 60}},
+            "gpu": {
+                "window": {"days": ["sunday"], "startTime": "01:00", "endTime": "05:00"},
+                "drain": {"gracePeriodSeconds": 60},
+            },
         }
 
     plan = evaluate("prod", everything).named(f"upgrades-{name}")["inputs"]
