@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from components import upgrades as component
 from components.cluster import GPU_TAINT, registration_labels
 from components.remote import script_text
 from components.upgrades import HOLD_LABEL, PLAN_CRD_FILE, SUC_MANIFESTS, SUC_RELEASE, UPGRADE_SECONDS, plan_specs
 from settings import load
-from stacks import engine, upgrade
+from stacks import diff, engine, upgrade
+from stacks.diff import upgrades as review
 from tests.conftest import evaluate, problems, run_plan, stack_doc, tolerates
 from tests.test_cluster import params_of
 from tests.test_rke2_install import Host, lab_params
@@ -653,3 +655,55 @@ def test_upstream_manifest_parses_to_the_objects_the_component_creates():
 def test_scripts_are_the_static_files_the_steps_run():
     for script in ("pre-upgrade.sh", "rke2-node-versions.sh"):
         assert "set -euo pipefail" in script_text(script)
+
+
+def test_the_review_names_the_plans_and_labels_as_the_component_does():
+    # stacks.diff reads plans without importing the program: its names must stay the component's.
+    assert (review.SERVER_PLAN, review.CONTROL_PLANE_LABEL, review.HOLD_LABEL) == (
+        component.SERVER_PLAN,
+        component.CONTROL_PLANE_LABEL,
+        component.HOLD_LABEL,
+    )
+    assert [review.agent_plan_name(p) for p in review.POOLS] == [component.agent_plan_name(p) for p in component.POOLS]
+
+
+# --- 8. The review ---------------------------------------------------------------------------------------
+
+
+def danger_of(before, after) -> list[str]:
+    return diff.compare(json.loads(before.to_json()), json.loads(after.to_json())).danger
+
+
+def test_the_review_names_a_rolling_drain_per_pool_in_order_with_the_windows(lab_plan):
+    def pools(raw):
+        bump(raw)
+        raw["cluster"]["upgrade"] = {
+            "gpu": {"window": {"days": ["sunday"], "startTime": "22:00", "endTime": "04:00", "timeZone": "Asia/Tokyo"}},
+            "storage": {"drain": {"timeoutSeconds": 1800, "force": True}},
+            "serverPostCompleteDelaySeconds": 300,
+        }
+
+    (line,) = danger_of(lab_plan, evaluate("lab", pools))
+    assert line.startswith(f"RKE2 upgrade {OLD} -> {NEW}: first the pre-upgrade step on the init server")
+    assert "servers 1 nodes one at a time (cordoned, not drained, 300s apart)" in line
+    assert (
+        "a rolling drain of gpu pool 1 nodes 1 at a time (only sunday 22:00-04:00 Asia/Tokyo, drain timeout 900s); "
+        "storage pool 3 nodes 1 at a time (any time, drain timeout 1800s, force)"
+    ) in line
+    assert line.index("servers 1 nodes") < line.index("gpu pool") < line.index("storage pool")
+    assert "cpu pool" not in line  # lab has no plain CPU agent
+
+
+def test_the_review_of_the_bookkeeping_and_of_a_bump_that_upgrades_nothing(prod_plan, bumped):
+    def done(raw):
+        bump(raw)
+        raw["cluster"]["deployedRke2Version"] = NEW
+
+    assert danger_of(bumped, evaluate("prod", done)) == [
+        f"RKE2 upgrade to {NEW} declared done: its Plans are deleted; upgrades-node-versions checks on the init "
+        f"server that every node reports {NEW}; the up fails, naming the nodes, when one does not"
+    ]
+    forgot = evaluate("prod", lambda raw: raw["cluster"].update({"rke2Version": NEW}))
+    (line,) = danger_of(prod_plan, forgot)
+    assert line.startswith(f"rke2Version {OLD} -> {NEW} without deployedRke2Version: no upgrade Plan is created")
+    assert f"to upgrade, set cluster.deployedRke2Version: {OLD}" in line
