@@ -71,7 +71,7 @@ def test_rke2_version_bump_shows_the_versions_and_the_upgrade_order(prod_base, t
         f"skipped minor, saves a new etcd snapshot pre-upgrade-{new.replace('+', '-')}-<time>); then a rolling "
         "upgrade by the system-upgrade-controller: servers 3 nodes one at a time (cordoned, not drained, 120s "
         "apart); then, once every server runs it, in parallel, a rolling drain of gpu pool 15 nodes 1 at a time "
-        "(only saturday, sunday 02:00-08:00 UTC, drain timeout 900s); storage pool 12 nodes 1 at a time (any time, "
+        "(only saturday, sunday 02:00-08:00 UTC, drain timeout 1800s); storage pool 12 nodes 1 at a time (any time, "
         "drain timeout 900s); cpu pool 20 nodes 2 at a time (any time, drain timeout 900s) (PodDisruptionBudgets "
         "honoured; nodes labelled ml-platform.io/upgrade-hold are skipped); each node's RKE2 restarts once (watch: "
         "kubectl -n system-upgrade get plans,jobs; retry a failed one: python -m stacks.upgrade retry PLAN)"
