@@ -85,7 +85,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     retry_parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, as kubectl reads it")
     args = parser.parse_args(argv)
     if args.plan not in PLANS:
-        print(f"error: plan: {args.plan!r} is not an upgrade Plan of this program; use one of {', '.join(PLANS)}")
+        print(
+            f"error: plan: {args.plan!r} is not an upgrade Plan of this program; use one of {', '.join(PLANS)}",
+            file=sys.stderr,
+        )
         return 2
     kubectl = ["kubectl", *([f"--kubeconfig={args.kubeconfig}"] if args.kubeconfig else [])]
     return retry(args.plan, kubectl)

@@ -361,7 +361,7 @@ def test_retry_refuses_a_plan_that_is_not_ours(tmp_path):
     cluster = Cluster(tmp_path, [])
     result = cluster.retry("agent-plan")
     assert result.returncode == 2
-    assert "error: plan: 'agent-plan' is not an upgrade Plan of this program; use one of server-plan, " in result.stdout
+    assert "error: plan: 'agent-plan' is not an upgrade Plan of this program; use one of server-plan, " in result.stderr
     assert not cluster.log.exists()  # kubectl never ran
 
 
