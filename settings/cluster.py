@@ -156,7 +156,7 @@ class UpgradePool(Model):
 
 
 def _one_osd_host(value: int) -> int:
-    """1: Rook's PodDisruptionBudgets let one OSD host (the failure domain) go down at a time."""
+    """Exactly 1: Rook's PodDisruptionBudgets let one OSD host (the failure domain) go down at a time."""
     if value != 1:
         raise ValueError(
             f"{value} storage hosts at a time: use 1; Rook's PodDisruptionBudgets allow one OSD host down at a "

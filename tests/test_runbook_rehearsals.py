@@ -287,7 +287,7 @@ def test_the_preview_of_a_revert_names_the_abandoned_upgrade(prod_plan):
     result = diffs.compare(before, json.loads(prod_plan.to_json()))  # rke2Version back, nothing pending
     text = diffs.render_text(result)
     assert f"RKE2 upgrade to {NEW} abandoned (rke2Version {OLD}): its Plans are deleted" in text
-    assert "roll them back first (docs/runbook.md, rolling an RKE2 upgrade back)" in text
+    assert "roll them back first (docs/runbook.md §16, rolling an RKE2 upgrade back)" in text
     assert {e.name: e.action for e in result.entries if e.action == "delete"} == {
         "upgrades-pre-upgrade-snapshot": "delete",
         "upgrades-server-plan": "delete",
