@@ -56,6 +56,7 @@ DURATIONS: dict[str, tuple[int, str]] = {
         20,
         "version check and `rke2 etcd-snapshot save` of a small etcd (tens of MB) on the init server",
     ),
+    "rke2-node-versions.sh": (10, "one SSH login to the init server and one `kubectl get nodes`"),
     "read-kubeconfig.sh": (10, "reads rke2.yaml and checks the API through the endpoint, which is already up"),
     "read-ca-hash.sh": (5, "one SSH login to the init server and a sha256sum of one certificate"),
     "infiniband-host.sh": (90, "rdma-core and infiniband-diags from the mirror (30-60 s), IPoIB interface up"),

@@ -1,17 +1,19 @@
-"""ClusterUpgrades: RKE2 upgrades in the order RKE2 documents, one node's workloads at a time.
+"""ClusterUpgrades: RKE2 upgrades in the order RKE2 documents, only while one is pending, pool by pool.
 
 A `cluster.rke2Version` bump does not reinstall RKE2 over SSH (rke2-install.sh installs only on a fresh
-host, the release the cluster runs: `deployedRke2Version` while an upgrade is under way). It changes
-three things here, the Plans applied by Rancher's system-upgrade-controller (RKE2's documented
-automated-upgrade path, docs.rke2.io/upgrades/automated):
-  1. `<name>-pre-upgrade-snapshot`: a host step on the init server (re-run when the version changes)
-     refuses a downgrade or a skipped minor version from the release that server runs, then saves the
-     etcd snapshot `pre-upgrade-<version>`; neither Plan changes before it succeeded;
-  2. `server-plan`: the control-plane nodes, one at a time, cordoned;
-  3. `agent-plan`: every other node, `cluster.upgrade.agentConcurrency` at a time, drained (evictions,
-     so PodDisruptionBudgets hold), after the server Plan is done (its `prepare` container waits for it).
-The controller labels each node with the Plan's hash once its Job succeeded; a node that registers
-later (added or rebuilt) has no such label, so the Plans bring it to the version too.
+host, the release the cluster runs: `deployedRke2Version` while an upgrade is pending). While
+`deployedRke2Version` is set and differs from `rke2Version` (and only then) this component adds, for
+Rancher's system-upgrade-controller (RKE2's documented automated-upgrade path, docs.rke2.io/upgrades/automated):
+  1. `<name>-pre-upgrade-snapshot`: a host step on the init server that refuses a downgrade or a skipped
+     minor version from the release that server runs, then saves a new etcd snapshot
+     `pre-upgrade-<version>-<time>`; every Plan depends on it, so none exists before it succeeded;
+  2. `server-plan`: the control-plane nodes, one at a time, cordoned, `postCompleteDelay` between them;
+  3. one agent Plan per pool (`gpu-agent-plan`, `storage-agent-plan`, `cpu-agent-plan`, for the pools that
+     have nodes), each with its own concurrency, window and drain, waiting (`prepare`) for the server Plan.
+A node labelled `ml-platform.io/upgrade-hold` is left out of the agent Plans. With nothing pending there
+is no Plan at all: the controller's Jobs cordon and drain a node even when it already runs the target
+(they select every node without the Plan's hash label), so an idle Plan would drain every node added
+later. Instead `<name>-node-versions` checks on the init server that every node reports `rke2Version`.
 
 The controller comes from the vendored upstream manifest (components/manifests/system-upgrade-controller/,
 the release of `cluster.upgrade.controllerImage`), its Plan CRD from components/crds/.
@@ -29,11 +31,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from components.ceph_tier import STORAGE_LABEL
 from components.cluster import GPU_TAINT, ROLE_LABEL
 from components.gpu_pool import taint_toleration
 from components.namespaces import platform_namespace
 from components.remote import HostAccess, host_script
-from settings import ClusterSettings
+from settings import ClusterSettings, NodeSettings
+from settings.cluster import UpgradePool
 
 SUC_RELEASE = "v0.20.1"
 SUC_MANIFESTS = Path(__file__).resolve().parent / "manifests" / "system-upgrade-controller" / SUC_RELEASE
@@ -47,7 +51,24 @@ PLAN_CRD_FILE = (
 NAMESPACE = "system-upgrade"
 SERVICE_ACCOUNT = "system-upgrade"
 SERVER_PLAN = "server-plan"
-AGENT_PLAN = "agent-plan"
+# The agent pools, in the order the review lists them: name -> what selects its nodes besides being an agent.
+POOLS: dict[str, list[dict[str, Any]]] = {
+    "gpu": [{"key": ROLE_LABEL, "operator": "In", "values": ["gpu"]}],
+    "storage": [
+        {"key": ROLE_LABEL, "operator": "In", "values": ["cpu"]},
+        {"key": STORAGE_LABEL, "operator": "In", "values": ["true"]},
+    ],
+    "cpu": [
+        {"key": ROLE_LABEL, "operator": "In", "values": ["cpu"]},
+        {"key": STORAGE_LABEL, "operator": "DoesNotExist"},
+    ],
+}
+# `kubectl label node NODE ml-platform.io/upgrade-hold=<why>` keeps a node out of every agent Plan (not
+# out of the server Plan: agents must not run a kubelet newer than a server's API server).
+HOLD_LABEL = "ml-platform.io/upgrade-hold"
+# pulumi-kubernetes (v4.18+) waits for a resource with this annotation until the condition holds.
+WAIT_FOR = "pulumi.com/waitFor"
+WAIT_TIMEOUT = "pulumi.com/timeoutSeconds"
 NAMESPACE_REASON = (
     "system-upgrade-controller: its upgrade Jobs run privileged with the host's PID, IPC and network "
     "namespaces and the host root mounted (they replace the RKE2 binary and restart it); the controller "
@@ -80,6 +101,8 @@ _KINDS = {
 @dataclass(frozen=True)
 class ClusterUpgradesArgs:
     cluster: ClusterSettings
+    nodes: Sequence[NodeSettings]
+    """Which pools have nodes, and how many servers the agents' `prepare` may wait for."""
     init_host: HostAccess
     init_joined: pulumi.Resource
     """The init server's RKE2 step: the snapshot needs its etcd."""
@@ -88,7 +111,8 @@ class ClusterUpgradesArgs:
 
 
 class ClusterUpgrades(pulumi.ComponentResource):
-    """The system-upgrade-controller, the pre-upgrade etcd snapshot and the two RKE2 upgrade Plans."""
+    """The system-upgrade-controller; while an upgrade is pending, the pre-upgrade etcd snapshot and the
+    RKE2 Plans (servers, then each agent pool); otherwise the check that every node runs `rke2Version`."""
 
     plans: dict[str, k8s.apiextensions.CustomResource]
 
@@ -122,6 +146,18 @@ class ClusterUpgrades(pulumi.ComponentResource):
             )
             for doc in controller_objects(args.cluster)
         ]
+        self.plans = {}
+        if not args.cluster.upgrade_pending:
+            # The bookkeeping after an upgrade (or a roll-back): refused unless every node runs the release.
+            host_script(
+                f"{name}-node-versions",
+                args.init_host,
+                "rke2-node-versions.sh",
+                {"RKE2_VERSION": args.cluster.rke2_version},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[args.init_joined]),
+            )
+            self.register_outputs({})
+            return
         snapshot = host_script(
             f"{name}-pre-upgrade-snapshot",
             args.init_host,
@@ -129,21 +165,19 @@ class ClusterUpgrades(pulumi.ComponentResource):
             {"RKE2_VERSION": args.cluster.rke2_version},
             opts=pulumi.ResourceOptions(parent=self, depends_on=[args.init_joined]),
         )
-        self.plans = {}
-        for plan_name, spec, waits in (
-            (SERVER_PLAN, server_plan_spec(args.cluster), [snapshot]),
-            (AGENT_PLAN, agent_plan_spec(args.cluster), []),
-        ):
+        waits: list[pulumi.Resource] = [crd, *controller, snapshot]
+        for plan_name, spec in plan_specs(args.cluster, args.nodes).items():
             self.plans[plan_name] = k8s.apiextensions.CustomResource(
                 f"{name}-{plan_name}",
                 api_version="upgrade.cattle.io/v1",
                 kind="Plan",
-                metadata={"name": plan_name, "namespace": NAMESPACE},
+                metadata=plan_metadata(plan_name, args.cluster),
                 spec=spec,
-                opts=pulumi.ResourceOptions.merge(
-                    k8s_opts, pulumi.ResourceOptions(depends_on=[crd, *controller, *waits])
-                ),
+                opts=pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=list(waits))),
             )
+            if plan_name == SERVER_PLAN:
+                # Agent Plans after the server Plan: with a wait, created once every server is upgraded.
+                waits.append(self.plans[plan_name])
         self.register_outputs({})
 
 
@@ -174,11 +208,47 @@ def controller_objects(cluster: ClusterSettings) -> list[dict[str, Any]]:
     return docs
 
 
-def _plan_spec(cluster: ClusterSettings, control_plane: dict[str, Any], concurrency: int) -> dict[str, Any]:
+def plan_metadata(plan_name: str, cluster: ClusterSettings) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": plan_name, "namespace": NAMESPACE}
+    if cluster.upgrade.wait_timeout_seconds:
+        # The controller sets condition Complete when no selected node lacks the Plan's hash label; a failed
+        # Job leaves it False (reason JobFailed), so the wait ends in a timeout naming the Plan.
+        metadata["annotations"] = {
+            WAIT_FOR: "condition=Complete",
+            WAIT_TIMEOUT: str(cluster.upgrade.wait_timeout_seconds),
+        }
+    return metadata
+
+
+def plan_specs(cluster: ClusterSettings, nodes: Sequence[NodeSettings]) -> dict[str, dict[str, Any]]:
+    """The server Plan, then one agent Plan per pool that has nodes, by Plan name."""
+    upgrade = cluster.upgrade
+    servers = sum(1 for n in nodes if n.control_plane)
+    specs = {SERVER_PLAN: server_plan_spec(cluster)}
+    for pool in POOLS:
+        if any(pool_of(n) == pool for n in nodes):
+            specs[agent_plan_name(pool)] = agent_plan_spec(cluster, pool, getattr(upgrade, pool), servers)
+    return specs
+
+
+def agent_plan_name(pool: str) -> str:
+    return f"{pool}-agent-plan"
+
+
+def pool_of(node: NodeSettings) -> Optional[str]:
+    """The agent pool whose Plan upgrades `node`; None for a server (the server Plan's)."""
+    if node.control_plane:
+        return None
+    if node.role == "gpu":
+        return "gpu"
+    return "storage" if node.storage_host else "cpu"
+
+
+def _plan_spec(cluster: ClusterSettings, selector: list[dict[str, Any]], concurrency: int) -> dict[str, Any]:
     # `version` pins the release (no channel polling); the controller tags the image with it, "+" as "-".
     return {
         "concurrency": concurrency,
-        "nodeSelector": {"matchExpressions": [{"key": CONTROL_PLANE_LABEL, **control_plane}, MANAGED]},
+        "nodeSelector": {"matchExpressions": [*selector, MANAGED]},
         "serviceAccountName": SERVICE_ACCOUNT,
         "upgrade": {"image": cluster.upgrade.upgrade_image},
         "version": cluster.rke2_version,
@@ -186,32 +256,57 @@ def _plan_spec(cluster: ClusterSettings, control_plane: dict[str, Any], concurre
 
 
 def server_plan_spec(cluster: ClusterSettings) -> dict[str, Any]:
-    """Servers one at a time, cordoned, not drained (RKE2's documented server Plan): etcd keeps quorum."""
+    """Servers one at a time, cordoned, not drained (RKE2's documented server Plan): etcd keeps quorum.
+    `postCompleteDelay`: the next server only after this one's etcd member has had time to catch up."""
     return {
-        **_plan_spec(cluster, {"operator": "In", "values": ["true"]}, 1),
+        **_plan_spec(cluster, [{"key": CONTROL_PLANE_LABEL, "operator": "In", "values": ["true"]}], 1),
         "cordon": True,
+        "postCompleteDelay": f"{cluster.upgrade.server_post_complete_delay_seconds}s",
         "tolerations": SERVER_TOLERATIONS,
         "jobActiveDeadlineSecs": UPGRADE_SECONDS,
     }
 
 
-def agent_plan_spec(cluster: ClusterSettings) -> dict[str, Any]:
-    """Agents `agentConcurrency` at a time, drained first, once every server runs the new release."""
-    upgrade = cluster.upgrade
-    return {
-        **_plan_spec(cluster, {"operator": "DoesNotExist"}, upgrade.agent_concurrency),
-        # rke2-upgrade's `prepare <plan>` waits until that Plan has upgraded every node it selects.
-        "prepare": {"image": upgrade.upgrade_image, "args": ["prepare", SERVER_PLAN]},
+def agent_deadline_seconds(cluster: ClusterSettings, pool: UpgradePool, servers: int) -> int:
+    """An agent Job's deadline counts from its creation: the first Jobs of each pool wait in `prepare` for
+    the whole server Plan (every server's upgrade and postCompleteDelay), then drain, then upgrade. A
+    deadline without that wait would fail those Jobs (and stop the Plan) before they drained anything."""
+    prepare = servers * (UPGRADE_SECONDS + cluster.upgrade.server_post_complete_delay_seconds)
+    return prepare + pool.drain.timeout_seconds + UPGRADE_SECONDS
+
+
+def agent_plan_spec(cluster: ClusterSettings, pool_name: str, pool: UpgradePool, servers: int) -> dict[str, Any]:
+    """One pool's agents, `concurrency` at a time, drained first, once every server runs the new release."""
+    selector = [
+        {"key": CONTROL_PLANE_LABEL, "operator": "DoesNotExist"},
+        *POOLS[pool_name],
+        {"key": HOLD_LABEL, "operator": "DoesNotExist"},
+    ]
+    drain: dict[str, Any] = {
         # Drain cordons too. Evictions (disableEviction unset) honour PodDisruptionBudgets; emptyDir data
         # (scratch, /dev/shm) is lost as on any drain; DaemonSet pods stay; a pod without a controller
-        # (force unset) stops the drain rather than being deleted for good.
-        "drain": {
-            "deleteEmptydirData": True,
-            "ignoreDaemonSets": True,
-            "force": False,
-            "timeout": f"{upgrade.drain_timeout_seconds}s",
-        },
-        # GPU nodes are agents too.
-        "tolerations": [taint_toleration(GPU_TAINT)],
-        "jobActiveDeadlineSecs": upgrade.drain_timeout_seconds + UPGRADE_SECONDS,
+        # stops the drain unless `force` (then it is deleted for good).
+        "deleteEmptydirData": True,
+        "ignoreDaemonSets": True,
+        "force": pool.drain.force,
+        "timeout": f"{pool.drain.timeout_seconds}s",
     }
+    if pool.drain.grace_period_seconds is not None:
+        drain["gracePeriod"] = pool.drain.grace_period_seconds
+    spec = {
+        **_plan_spec(cluster, selector, pool.concurrency),
+        # rke2-upgrade's `prepare <plan>` waits until that Plan has upgraded every node it selects.
+        "prepare": {"image": cluster.upgrade.upgrade_image, "args": ["prepare", SERVER_PLAN]},
+        "drain": drain,
+        # GPU nodes carry the GPU taint.
+        "tolerations": [taint_toleration(GPU_TAINT)],
+        "jobActiveDeadlineSecs": agent_deadline_seconds(cluster, pool, servers),
+    }
+    if pool.window is not None:
+        spec["window"] = {
+            "days": list(pool.window.days),
+            "startTime": pool.window.start_time,
+            "endTime": pool.window.end_time,
+            "timeZone": pool.window.time_zone,
+        }
+    return spec

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Literal, Optional
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 
 from settings.types import Cron, Host, HostKey, Image, Model, Name, Port, Rke2Version, Url
 
@@ -54,25 +55,151 @@ class EtcdSnapshots(Model):
     )
 
 
-class ClusterUpgrade(Model):
-    """How a `rke2Version` bump reaches running nodes: Rancher's system-upgrade-controller applies two
-    Plans, the servers first (one at a time, cordoned), then the agents (a few at a time, drained)."""
+_DAYS = Literal["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+_CLOCK = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
 
-    agent_concurrency: int = Field(
-        default=2,
-        ge=1,
-        le=100,
-        description="How many agents are drained and upgraded at the same time (the agent Plan's `concurrency`); "
-        "servers are always upgraded one at a time. Keep it below what the PodDisruptionBudgets and the "
-        "spare capacity allow: a drained node's pods must fit elsewhere.",
+
+def _clock(value: str) -> str:
+    """A time of day, `HH:MM` (24 hours)."""
+    if not _CLOCK.match(value):
+        raise ValueError(f"{value!r} is not a time of day; write HH:MM (24 hours), e.g. '02:00'")
+    return value
+
+
+def _time_zone(value: str) -> str:
+    """An IANA time zone name, e.g. `Europe/Berlin` or `UTC`."""
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{value!r} is not an IANA time zone; give a name such as 'Europe/Berlin' or 'UTC'") from None
+    return value
+
+
+def _untagged_image(value: str) -> str:
+    """An image repository without tag or digest (the controller appends the version as the tag)."""
+    last = value.rsplit("/", 1)[-1]
+    if "@" in value or ":" in last or not value or value != value.strip():
+        raise ValueError(
+            f"{value!r} carries a tag or digest; give the repository only, e.g. 'docker.io/rancher/rke2-upgrade': "
+            "the system-upgrade-controller tags it with cluster.rke2Version, a fixed tag would upgrade every node "
+            "to the image's release whatever rke2Version says"
+        )
+    return value
+
+
+class UpgradeWindow(Model):
+    """When a pool's upgrade Jobs may start (the Plan's `window`): the controller creates no Job outside
+    it and lets a started Job run to its end. An end before the start spans midnight."""
+
+    days: list[_DAYS] = Field(min_length=1, description="The days the window opens, e.g. `[saturday, sunday]`.")
+    start_time: Annotated[str, AfterValidator(_clock)] = Field(description="Opening time, `HH:MM` (24 hours).")
+    end_time: Annotated[str, AfterValidator(_clock)] = Field(description="Closing time, `HH:MM` (24 hours).")
+    time_zone: Annotated[str, AfterValidator(_time_zone)] = Field(
+        default="UTC", description="The IANA time zone of the times, e.g. `Europe/Berlin`."
     )
-    drain_timeout_seconds: int = Field(
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> UpgradeWindow:
+        if self.start_time == self.end_time:
+            raise ValueError(f"endTime: {self.end_time!r} equals startTime; the window would never be open")
+        return self
+
+
+class UpgradeDrain(Model):
+    """How a pool's nodes are drained before RKE2 is upgraded on them (the Plan's `drain`, `kubectl drain`
+    with evictions: PodDisruptionBudgets hold, DaemonSet pods stay, emptyDir data is lost)."""
+
+    timeout_seconds: int = Field(
         default=900,
         ge=30,
         le=86400,
-        description="How long the drain of one agent may take (the Plan's `drain.timeout`); a drain that runs "
-        "out, e.g. on a PodDisruptionBudget that allows no eviction, fails that node's upgrade Job, which the "
-        "controller retries.",
+        description="How long one node's drain may take (`kubectl drain --timeout`). A drain that runs out (a "
+        "PodDisruptionBudget that allows no eviction) fails and is retried until the Job's deadline, then the "
+        "Job fails and the node stays cordoned (docs/runbook.md, retry).",
+    )
+    force: bool = Field(
+        default=False,
+        description="Also delete pods without a controller (`kubectl drain --force`); they are lost for good. "
+        "Unset, such a pod stops the drain and fails that node's Job.",
+    )
+    grace_period_seconds: Optional[int] = Field(
+        default=None,
+        ge=0,
+        le=86400,
+        description="Overrides each pod's termination grace period during the drain; unset: the pods' own.",
+    )
+
+    @model_validator(mode="after")
+    def _grace_within_timeout(self) -> UpgradeDrain:
+        if self.grace_period_seconds is not None and self.grace_period_seconds >= self.timeout_seconds:
+            raise ValueError(
+                f"gracePeriodSeconds: {self.grace_period_seconds} is not below timeoutSeconds "
+                f"{self.timeout_seconds}; every drain would time out while its pods terminate"
+            )
+        return self
+
+
+class UpgradePool(Model):
+    """One agent pool's upgrade Plan: how many of its nodes at once, when, and how they are drained."""
+
+    concurrency: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="How many of the pool's nodes are drained and upgraded at the same time (the Plan's "
+        "`concurrency`). Keep it within what the PodDisruptionBudgets and the spare capacity allow.",
+    )
+    window: Optional[UpgradeWindow] = Field(
+        default=None, description="When the pool's upgrade Jobs may start; unset: at any time."
+    )
+    drain: UpgradeDrain = Field(default=UpgradeDrain(), description="How the pool's nodes are drained.")
+
+
+def _one_osd_host(value: int) -> int:
+    """Exactly 1: Rook's PodDisruptionBudgets let one OSD host (the failure domain) go down at a time."""
+    if value != 1:
+        raise ValueError(
+            f"{value} storage hosts at a time: use 1; Rook's PodDisruptionBudgets allow one OSD host down at a "
+            "time, so a second concurrent drain waits until its timeout and fails its upgrade Job"
+        )
+    return value
+
+
+class StorageUpgradePool(UpgradePool):
+    """The Ceph storage hosts' upgrade Plan: always one host at a time."""
+
+    concurrency: Annotated[int, AfterValidator(_one_osd_host)] = Field(
+        default=1, description="Must be 1: one OSD host down at a time, as Rook's PodDisruptionBudgets allow."
+    )
+
+
+class ClusterUpgrade(Model):
+    """How a `rke2Version` bump reaches running nodes: while an upgrade is pending (`deployedRke2Version`
+    set and different), Rancher's system-upgrade-controller applies one Plan for the servers (one at a
+    time, cordoned) and one per agent pool (GPU nodes, Ceph storage hosts, the other CPU nodes), each
+    drained with its own concurrency, window and drain settings (docs/upgrades.md)."""
+
+    gpu: UpgradePool = Field(default=UpgradePool(), description="The GPU nodes' Plan (default: one at a time).")
+    storage: StorageUpgradePool = Field(
+        default=StorageUpgradePool(), description="The Ceph storage (OSD) hosts' Plan: one at a time."
+    )
+    cpu: UpgradePool = Field(
+        default=UpgradePool(concurrency=2), description="The other CPU agents' Plan (default: two at a time)."
+    )
+    server_post_complete_delay_seconds: int = Field(
+        default=120,
+        ge=0,
+        le=3600,
+        description="The server Plan's `postCompleteDelay`: after a server's upgrade Job completed, how long the "
+        "controller waits before the next server (its etcd member catches up meanwhile).",
+    )
+    wait_timeout_seconds: int = Field(
+        default=0,
+        ge=0,
+        le=7 * 86400,
+        description="0: `pulumi up` returns once the Plans are applied and the rollout goes on in the cluster. "
+        "Otherwise `up` waits for every Plan to report Complete (servers first, then the agent pools) and fails "
+        "after this many seconds per Plan; cover the pools' windows.",
     )
     controller_image: Image = Field(
         default="docker.io/rancher/system-upgrade-controller:v0.20.1",
@@ -84,9 +211,9 @@ class ClusterUpgrade(Model):
         description="The image the upgrade Jobs cordon and drain with (the controller's "
         "`SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE`, upstream's pin); point it at a mirror for air-gapped sites.",
     )
-    upgrade_image: str = Field(
+    upgrade_image: Annotated[str, AfterValidator(_untagged_image)] = Field(
         default="docker.io/rancher/rke2-upgrade",
-        description="The rke2-upgrade image repository, without a tag: the controller tags it with "
+        description="The rke2-upgrade image repository, without a tag or digest: the controller tags it with "
         "`rke2Version` (`+` written as `-`). Point it at a mirror for air-gapped sites.",
     )
 
@@ -140,7 +267,8 @@ class ClusterSettings(Model):
     rke2_version: Rke2Version = Field(
         description="The pinned RKE2 release, e.g. `v1.35.7+rke2r1`: the `version` of the upgrade Plans, and "
         "what a fresh host installs (`INSTALL_RKE2_VERSION`) unless `deployedRke2Version` is set. Bumping it "
-        "upgrades running nodes through the system-upgrade-controller, servers first (docs/upgrades.md)."
+        "upgrades running nodes through the system-upgrade-controller, servers first, when "
+        "`deployedRke2Version` names the release they run (docs/upgrades.md)."
     )
     install: Rke2Install = Field(default=Rke2Install(), description="Where RKE2 is installed from.")
     upgrade: ClusterUpgrade = Field(
@@ -161,10 +289,12 @@ class ClusterSettings(Model):
     )
     deployed_rke2_version: Optional[Rke2Version] = Field(
         default=None,
-        description="The RKE2 release the cluster runs now, while `rke2Version` asks for another: settings refuse "
-        "a downgrade and a jump of more than one minor version from it (the pre-upgrade step also checks the "
-        "release the init server runs), and a fresh host installs it (the upgrade Plans take it further). "
-        "Unset: `rke2Version`. Set it to the new release once every node runs it.",
+        description="The RKE2 release the cluster runs now. While it differs from `rke2Version` an upgrade is "
+        "pending: the pre-upgrade step and the upgrade Plans exist (and only then), settings refuse a downgrade "
+        "and a jump of more than one minor version from it, and a fresh host installs it (the Plans take it "
+        "further). Unset: `rke2Version`, nothing pending. Set it to the new release once every node runs it: the "
+        "next `up` first checks the nodes' reported versions on the init server and fails, naming the nodes, "
+        "when any differs.",
     )
     join_timeout_seconds: int = Field(
         default=900,
@@ -212,6 +342,11 @@ class ClusterSettings(Model):
         description='containerd mirrors per registry, e.g. `{"nvcr.io": ["https://mirror.example"]}`, '
         "written to `/etc/rancher/rke2/registries.yaml`.",
     )
+
+    @property
+    def upgrade_pending(self) -> bool:
+        """An upgrade is under way: the Plans exist only then (no node is drained when nothing is pending)."""
+        return self.deployed_rke2_version is not None and self.deployed_rke2_version != self.rke2_version
 
 
 class Bastion(Model):

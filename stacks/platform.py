@@ -178,6 +178,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
         "upgrades",
         ClusterUpgradesArgs(
             cluster=settings.cluster,
+            nodes=settings.nodes,
             init_host=hosts[settings.cluster.init_server],
             init_joined=cluster.joined[settings.cluster.init_server],
             provider=cluster.provider,

@@ -83,7 +83,7 @@ def test_durations_by_kind_of_step(prod_plan):
     assert kinds["cpu-04-ceph-disks"] == "ceph-osd-devices.sh"
     assert kinds["cluster-kubeconfig"] == "read-kubeconfig.sh"
     assert kinds["nas-01-minio"] == "minio-nas.sh"
-    assert kinds["upgrades-pre-upgrade-snapshot"] == "pre-upgrade.sh"
+    assert kinds["upgrades-node-versions"] == "rke2-node-versions.sh"  # the snapshot step exists only mid-upgrade
     cni = [
         r
         for r in prod_plan.resources

@@ -291,12 +291,20 @@ def test_a_version_bump_reaches_running_nodes_only_through_the_upgrade_plans(pro
 
     bumped = evaluate("prod", bump)
     result = plan_cli.diff(_doc(prod_plan), _doc(bumped))
-    assert result["added"] == [] and result["removed"] == []
-    changed = {urn.rsplit("::", 1)[1] for urn in result["changed"]}
-    # The Plans upgrade (tests/test_upgrades.py); no host RKE2 step changes (it installs only on a fresh
-    # host, the release the cluster runs).
-    assert changed == {"upgrades-server-plan", "upgrades-agent-plan", "upgrades-pre-upgrade-snapshot"}
-    assert not any(name.endswith("-rke2") for name in changed)
+    names = {key: {urn.rsplit("::", 1)[1] for urn in result[key]} for key in ("added", "removed", "changed")}
+    # The pre-upgrade step and the Plans exist while the upgrade is pending (tests/test_upgrades.py); no host
+    # RKE2 step changes (it installs only on a fresh host, the release the cluster runs).
+    assert names == {
+        "added": {
+            "upgrades-pre-upgrade-snapshot",
+            "upgrades-server-plan",
+            "upgrades-gpu-agent-plan",
+            "upgrades-storage-agent-plan",
+            "upgrades-cpu-agent-plan",
+        },
+        "removed": {"upgrades-node-versions"},
+        "changed": set(),
+    }
     assert longest_host_chain(bumped) == longest_host_chain(prod_plan)
 
 

@@ -62,16 +62,22 @@ def test_rke2_version_bump_shows_the_versions_and_the_upgrade_order(prod_base, t
     assert old != new
     head = changed(lambda raw: raw["cluster"].update({"rke2Version": new, "deployedRke2Version": old}))
     result = diff.compare(prod_base, head)
-    # The Plans and the pre-upgrade snapshot change; no host RKE2 step (fresh hosts install `old` meanwhile).
-    assert result.counts() == {"update": 2, "replace": 1}
+    # The pre-upgrade step and the Plans appear (only while the upgrade is pending); the check that every
+    # node runs rke2Version goes meanwhile; no host RKE2 step (fresh hosts install `old` meanwhile).
+    assert result.counts() == {"create": 5, "delete": 1}
     text = diff.render_text(result)
     assert section(text, "DANGER") == [
-        f"  ! RKE2 upgrade {old} -> {new} by the system-upgrade-controller: etcd snapshot pre-upgrade-{new}, then "
-        "3 servers one at a time (cordoned), then 47 agents 2 at a time (drained, PodDisruptionBudgets honoured); "
-        "each node's RKE2 restarts once (watch: kubectl -n system-upgrade get plans,jobs)"
+        f"  ! RKE2 upgrade {old} -> {new}: first the pre-upgrade step on the init server (refuses a downgrade or "
+        f"skipped minor, saves a new etcd snapshot pre-upgrade-{new.replace('+', '-')}-<time>); then a rolling "
+        "upgrade by the system-upgrade-controller: servers 3 nodes one at a time (cordoned, not drained, 120s "
+        "apart); then, once every server runs it, in parallel, a rolling drain of gpu pool 15 nodes 1 at a time "
+        "(only saturday, sunday 02:00-08:00 UTC, drain timeout 1800s); storage pool 12 nodes 1 at a time (any time, "
+        "drain timeout 900s); cpu pool 20 nodes 2 at a time (any time, drain timeout 900s) (PodDisruptionBudgets "
+        "honoured; nodes labelled ml-platform.io/upgrade-hold are skipped); each node's RKE2 restarts once (watch: "
+        "kubectl -n system-upgrade get plans,jobs; retry a failed one: python -m stacks.upgrade retry PLAN)"
     ]
-    entry = text[text.index("+- replace upgrades-pre-upgrade-snapshot ") :].split("\n~ ")[0]
-    assert f"-RKE2_VERSION={old}" in entry and f"+RKE2_VERSION={new}" in entry
+    snapshot = next(r for r in head["resources"] if r["name"] == "upgrades-pre-upgrade-snapshot")
+    assert diff.command_env(snapshot["inputs"]["create"])["RKE2_VERSION"] == new
 
 
 def test_cni_switch_is_refused_naming_the_protected_release(prod_base, tmp_path):

@@ -12,6 +12,13 @@ UNSET_IN_PROD = {
     "cluster.install.artifactUrl",
     "cluster.systemDefaultRegistry",
     "cluster.deployedRke2Version",  # set only in a change that upgrades RKE2
+    # Storage and other CPU agents upgrade at any time; drains keep the pods' own grace periods.
+    *(
+        f"cluster.upgrade.{pool}.window{key}"
+        for pool in ("storage", "cpu")
+        for key in ("", ".days", ".startTime", ".endTime", ".timeZone")
+    ),
+    *(f"cluster.upgrade.{pool}.drain.gracePeriodSeconds" for pool in ("gpu", "storage", "cpu")),
     "nodes[].renamedFrom",  # set only in a change that renames a node
     # No IB topology recorded for prod's GPU nodes: no Kueue Topology (tests/test_scheduling_stack.py adds one).
     "nodes[].topology",

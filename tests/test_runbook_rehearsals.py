@@ -162,3 +162,137 @@ def test_stub_sudo_never_reaches_this_machine(site):
     # the fake root and refuses others.
     result = site.run("ssh cpu-02 sudo rm -rf /usr/local/bin/rke2")
     assert result.returncode == 99 and "outside the stub host's fake root" in result.stderr
+
+
+# --- Rolling an RKE2 upgrade back (section 16) ------------------------------------------------------------
+
+OLD, NEW = "v1.35.7+rke2r1", "v1.36.3+rke2r1"
+AGENTS = ["cpu-20", "gpu-01"]  # a CPU agent and a GPU agent stand for the 47
+SNAPSHOTS = "/var/lib/rancher/rke2/server/db/snapshots"
+
+
+def subsection_blocks(section: str, title: str) -> list[str]:
+    """The ```sh blocks of `### <title>` inside the runbook section `## N. <section>`."""
+    pattern = rf"^## \d+\. {re.escape(section)}\n(.*?)(?=^## |\Z)"
+    (text,) = [m.group(1) for m in re.finditer(pattern, RUNBOOK, re.M | re.S)]
+    match = re.search(rf"^### {re.escape(title)}\n(.*?)(?=^### |\Z)", text, re.M | re.S)
+    assert match, f"docs/runbook.md section {section!r} has no subsection {title!r}"
+    return re.findall(r"^```sh\n(.*?)^```", match.group(1), re.M | re.S)
+
+
+class UpgradedSite(Site):
+    """Prod mid-upgrade: every node (servers and agents) already runs NEW; the Plans exist."""
+
+    def __init__(self, tmp_path: Path):
+        super().__init__(tmp_path)
+        state = json.loads(self.state.read_text())
+        for name in SERVERS:
+            state["nodes"][name]["labels"]["node-role.kubernetes.io/control-plane"] = "true"
+        for name in AGENTS:
+            state["nodes"][name] = {"labels": {"ml-platform.io/role": name[:3]}, "annotations": {}, "taints": []}
+            self.file(name, "/etc/rancher/rke2").mkdir(parents=True)
+            self.file(name, "/etc/rancher/rke2/config.yaml").write_text(f"node-name: {name}\n")
+            (self.hosts / name / "fake" / "systemd").mkdir(parents=True)
+            (self.hosts / name / "fake" / "systemd" / "active-rke2-agent.service").touch()
+        state["plans"] = {p: {"annotations": {}} for p in ("server-plan", "gpu-agent-plan", "cpu-agent-plan")}
+        self.state.write_text(json.dumps(state))
+        for name in [*SERVERS, *AGENTS]:
+            binary = self.file(name, "/usr/local/bin/rke2")
+            binary.parent.mkdir(parents=True)
+            binary.write_text(f'#!/bin/sh\necho "rke2 version {NEW} (0000000)"\n')
+        snapshots = self.file("cpu-01", SNAPSHOTS)
+        snapshots.mkdir(parents=True)
+        # An older attempt at the same release, the scheduled snapshots, and this attempt's (the newest).
+        for age, name in enumerate(
+            [
+                f"pre-upgrade-v1.36.3-rke2r1-1795000000-cpu-01-{1795000005}",
+                "etcd-snapshot-cpu-01-1795500000",
+                f"pre-upgrade-v1.36.3-rke2r1-1795600000-cpu-01-{1795600005}",
+            ]
+        ):
+            (snapshots / name).write_text("etcd data")
+            os.utime(snapshots / name, (1795000000 + age * 1000, 1795000000 + age * 1000))
+
+    def agent_running(self, host: str) -> bool:
+        return (self.hosts / host / "fake" / "systemd" / "active-rke2-agent.service").exists()
+
+    def installed(self, host: str) -> list[str]:
+        log = self.hosts / host / "fake" / "calls.log"
+        return [line for line in log.read_text().splitlines() if line.startswith("installer ")]
+
+
+def test_rolling_an_upgrade_back_reinstalls_every_node_restores_etcd_then_reverts_the_settings(tmp_path):
+    site = UpgradedSite(tmp_path)
+    (block,) = subsection_blocks("Upgrading RKE2", "Rolling an RKE2 upgrade back")
+    result = site.run(block)
+    assert result.returncode == 0, result.stderr
+    calls = site.calls()
+    stop_plans = position(calls, "-n system-upgrade delete plans --all")
+    assert json.loads(site.state.read_text())["plans"] == {}  # no upgrade Job starts again
+    drain = position(
+        calls,
+        "drain --ignore-daemonsets --delete-emptydir-data --disable-eviction --timeout=900s "
+        + " ".join([*AGENTS, "cpu-02", "cpu-03", "cpu-01"]),
+    )
+    newest = f"{SNAPSHOTS}/pre-upgrade-v1.36.3-rke2r1-1795600000-cpu-01-1795600005"
+    reset = position(calls, f"cpu-01: sudo rke2 server --cluster-reset --cluster-reset-restore-path={newest}")
+    assert stop_plans < drain
+    for host in [*AGENTS, *SERVERS]:
+        unit = "rke2-agent" if host in AGENTS else "rke2-server"
+        stop = position(calls, f"{host}: sudo systemctl stop {unit}")
+        killall = position(calls, f"{host}: sudo rke2-killall.sh")
+        install_env = f"INSTALL_RKE2_VERSION={OLD}" + (" INSTALL_RKE2_TYPE=agent" if host in AGENTS else "")
+        install = position(calls, f"{host}: sudo {install_env} sh -")
+        # Every node down and at the old release before etcd is restored; agents too.
+        assert drain < stop < killall < install < reset, host
+        installer = ["installer", OLD, *(["agent"] if host in AGENTS else [])]
+        assert [line.split() for line in site.installed(host)] == [installer], host
+        assert f"rke2 version {OLD}" in site.file(host, "/usr/local/bin/rke2").read_text()
+    # Every node stopped before any is reinstalled (no old and new release running side by side).
+    installs = [c for c in calls if f": sudo INSTALL_RKE2_VERSION={OLD}" in c]
+    assert len(installs) == 5
+    assert max(position(calls, f"{h}: sudo rke2-killall.sh") for h in [*AGENTS, *SERVERS]) < calls.index(installs[0])
+    # The init server first, from this attempt's snapshot; then each other server on a fresh etcd member.
+    assert site.file("cpu-01", "/var/lib/rancher/rke2/server/db/etcd/restored-from").read_text() == newest + "\n"
+    init_ready = position(calls, "wait --for=condition=Ready node/cpu-01 --timeout=900s")
+    assert reset < position(calls, "cpu-01: sudo systemctl start rke2-server") < init_ready
+    previous = init_ready
+    for host in SERVERS[1:]:
+        wipe = position(calls, f"{host}: sudo rm -rf /var/lib/rancher/rke2/server/db")
+        ready = position(calls, f"wait --for=condition=Ready node/{host} --timeout=900s")
+        assert previous < wipe < position(calls, f"{host}: sudo systemctl start rke2-server") < ready, host
+        previous = ready
+    for host in AGENTS:
+        assert previous < position(calls, f"{host}: sudo systemctl start rke2-agent"), host
+        assert site.agent_running(host)
+    assert all(site.running(host) for host in SERVERS)
+    # The settings go back last: rke2Version to the old release, nothing pending, then the up.
+    agents_ready = max(position(calls, f"wait --for=condition=Ready node/{h} --timeout=900s") for h in AGENTS)
+    pulumi = [c for c in calls if c.startswith("pulumi ")]
+    assert pulumi == [
+        f"pulumi config set --path ml-platform:cluster.rke2Version {OLD}",
+        "pulumi config rm --path ml-platform:cluster.deployedRke2Version",
+        "pulumi preview --diff",
+        "pulumi up --parallel 64",
+    ]
+    assert calls.index(pulumi[0]) > agents_ready
+
+
+def test_the_preview_of_a_revert_names_the_abandoned_upgrade(prod_plan):
+    def pending(raw):
+        raw["cluster"]["deployedRke2Version"] = OLD
+        raw["cluster"]["rke2Version"] = NEW
+
+    before = json.loads(evaluate("prod", pending).to_json())
+    result = diffs.compare(before, json.loads(prod_plan.to_json()))  # rke2Version back, nothing pending
+    text = diffs.render_text(result)
+    assert f"RKE2 upgrade to {NEW} abandoned (rke2Version {OLD}): its Plans are deleted" in text
+    assert "roll them back first (docs/runbook.md §16, rolling an RKE2 upgrade back)" in text
+    assert {e.name: e.action for e in result.entries if e.action == "delete"} == {
+        "upgrades-pre-upgrade-snapshot": "delete",
+        "upgrades-server-plan": "delete",
+        "upgrades-gpu-agent-plan": "delete",
+        "upgrades-storage-agent-plan": "delete",
+        "upgrades-cpu-agent-plan": "delete",
+    }
+    assert {e.name: e.action for e in result.entries if e.action == "create"} == {"upgrades-node-versions": "create"}

@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
-# Before the upgrade Plans move to RKE2_VERSION, on the init server: refuse a downgrade and a jump of
-# more than one minor version from the release this server runs (Kubernetes' version skew policy; RKE2
-# cannot start on an etcd a newer release wrote), then save the etcd snapshot `pre-upgrade-<version>`
-# (RKE2 appends the node name and a timestamp; with etcd-s3 configured it is uploaded too), the way
-# back to the cluster as it was (docs/runbook.md, section 17). The server Plan waits for this step.
-# Idempotent: a snapshot of that name already on disk is kept.
+# Before the upgrade Plans exist, on the init server: refuse a downgrade and a jump of more than one
+# minor version from the release this server runs (Kubernetes' version skew policy; RKE2 cannot start
+# on an etcd a newer release wrote), then save a new etcd snapshot `pre-upgrade-<version>-<unix time>`
+# (RKE2 appends the node name and its own timestamp; with etcd-s3 configured it is uploaded too), the
+# way back to the cluster as it was (docs/runbook.md, rolling an upgrade back). Every Plan waits for
+# this step. Each run is an attempt and saves its own snapshot, never reusing an older attempt's: the
+# step runs only when the upgrade's version changes or a new attempt starts, not on every `up`.
 # Parameters: RKE2_VERSION HOST_ROOT (tests only: prefix of the paths this script reads)
 set -euo pipefail
 : "${RKE2_VERSION:?}"
 
 HOST_ROOT=${HOST_ROOT:-}
-snapshots=$HOST_ROOT/var/lib/rancher/rke2/server/db/snapshots
-name=pre-upgrade-$RKE2_VERSION
 
 rke2_bin=""
 for bin in "$HOST_ROOT"{/usr/local/bin,/opt/rke2/bin,/usr/bin}/rke2; do
@@ -28,15 +27,13 @@ have=$(release "$installed") || fail "cannot read the installed RKE2 version '$i
 want=$(release "$RKE2_VERSION") || fail "RKE2_VERSION '$RKE2_VERSION' is not an RKE2 release"
 if [[ $want < $have ]]; then
   fail "this server runs RKE2 $installed; $RKE2_VERSION would be a downgrade, which RKE2 does not support; \
-the upgrade Plans were not changed"
+no upgrade Plan was created"
 elif ((10#${want:0:5} > 10#${have:0:5} + 1)); then
   fail "this server runs RKE2 $installed; $RKE2_VERSION skips a minor version; upgrade one minor at a time; \
-the upgrade Plans were not changed"
+no upgrade Plan was created"
 fi
 
-if compgen -G "$snapshots/$name-*" >/dev/null; then
-  echo "etcd snapshot $name already saved"
-  exit 0
-fi
+# RKE2 snapshot names allow letters, digits, '-', '_' and '.': '+' becomes '-' as in the image tags.
+name=pre-upgrade-${RKE2_VERSION//+/-}-$(date +%s)
 "$rke2_bin" etcd-snapshot save --name "$name" >&2
 changed "saved etcd snapshot $name (RKE2 $installed runs here)"

@@ -4,6 +4,7 @@
 # An installed RKE2 is never upgraded or downgraded here: upgrades are the system-upgrade-controller's
 # Plans (components/upgrades.py: servers first, agents drained; pre-upgrade.sh refuses downgrades and
 # skipped minors). So a configuration change on a node at another release restarts it at that release.
+# With INSTALL_METHOD=rpm the RKE2 packages are excluded from the package manager's updates.
 # Secrets arrive on stdin, are written 0600 and never printed: line 1 the join token (on joiners in
 # RKE2's CA-pinned form K10<CA sha256>::server:... or ::node:...), line 2 on servers only the agent
 # token (agent-token-file). Agents get one line: they never hold the server token.
@@ -141,6 +142,17 @@ if [[ -z $installed ]]; then
   installed=$RKE2_VERSION
 elif [[ $installed != "$RKE2_VERSION" ]]; then
   note "RKE2 $installed is installed and kept: the upgrade Plans change releases (docs/upgrades.md)"
+fi
+
+# With the rpm method the package manager must never move RKE2 outside the upgrade Plans (a `dnf
+# upgrade` would replace the binary the Plans put there, undrained): every section of the installer's
+# repositories (rancher-rke2*.repo, rewritten by each install) excludes the RKE2 packages.
+if [[ $INSTALL_METHOD == rpm ]]; then
+  for repo in "$HOST_ROOT"/etc/yum.repos.d/rancher-rke2*.repo; do
+    [[ -f $repo ]] || continue
+    locked=$(awk '$0 != "exclude=rke2-*" {print} /^\[rancher-rke2/ {print "exclude=rke2-*"}' "$repo")
+    write_file "$repo" 0644 "$locked" || true
+  done
 fi
 
 if ! systemctl is-enabled --quiet "$unit"; then
