@@ -46,7 +46,8 @@ TOKEN_SECRET = "zabbix-api-token"
 DB_SECRET = "zabbix-db-access"
 PSK_SECRET = "zabbix-agent-psk"
 PSK_IDENTITY = "ml-platform-agent"
-PSK_DIR = "/var/lib/zabbix/enc"  # the zabbix-agent2 image's directory for TLS files
+PSK_DIR = "/var/lib/zabbix/enc"
+AGENT_GROUP = 1995  # the zabbix group of the zabbix/zabbix-agent2 image (its user is uid 1997)  # the zabbix-agent2 image's directory for TLS files
 TEMPLATES = Path(__file__).parent / "zabbix" / "templates"
 LINUX_TEMPLATE = "Linux by Zabbix agent active"
 K8S_STATE_TEMPLATE = "Kubernetes cluster state by HTTP"
@@ -158,21 +159,34 @@ def chart_values(mon: MonitoringSettings, block_storage_class: Optional[str]) ->
             "runAsDaemonSet": True,
             "hostNetwork": True,
             "hostRootFsMount": True,
-            "ZBX_SERVER_HOST": f"{RELEASE}-zabbix-server",
-            "ZBX_PASSIVE_ALLOW": False,  # the templates use active checks only: no listening agent
+            # The image's entrypoint makes this both `Server` (passive peers) and `ServerActive`
+            # (`host:ZBX_SERVER_PORT`); ZBX_ACTIVESERVERS would be appended to the latter, so naming
+            # the server there too opens a second session that collects every item twice.
+            "ZBX_SERVER_HOST": f"{RELEASE}-zabbix-server.{mon.namespace}.svc",
+            "ZBX_SERVER_PORT": 10051,
+            # Passive on: without `Server` agent 2 listens on no port, and the chart's liveness and
+            # startup probes (tcpSocket on 10050) restart the pod forever. Passive requests are still
+            # refused from anyone but the server's Service address and need the PSK; the templates
+            # use active checks.
+            "ZBX_PASSIVE_ALLOW": True,
             "ZBX_ACTIVE_ALLOW": True,
-            "ZBX_ACTIVESERVERS": f"{RELEASE}-zabbix-server.{mon.namespace}.svc:10051",
             "extraEnv": [
                 {"name": "ZBX_TLSCONNECT", "value": "psk"},
                 {"name": "ZBX_TLSACCEPT", "value": "psk"},
                 {"name": "ZBX_TLSPSKIDENTITY", "value": PSK_IDENTITY},
                 {"name": "ZBX_TLSPSKFILE", "value": f"{PSK_DIR}/psk"},
             ],
-            "extraVolumes": [{"name": "psk", "secret": {"secretName": PSK_SECRET, "defaultMode": 0o400}}],
+            # The image runs as uid 1997, group 1995 (zabbix-docker's agent2 Dockerfile). A Secret
+            # volume is root-owned; with an fsGroup the kubelet gives its files that group and
+            # mode|0440, so the agent reads the PSK through its own group and nobody else can.
+            "extraVolumes": [{"name": "psk", "secret": {"secretName": PSK_SECRET, "defaultMode": 0o440}}],
             "extraVolumeMounts": [{"name": "psk", "mountPath": PSK_DIR, "readOnly": True}],
             # Every node, whatever its taints (GPU, control plane, cordoned): on the agent pod only.
             # The chart's top-level `tolerations` would also put server, web and database on GPU nodes.
-            "extraPodSpecs": {"tolerations": [{"operator": "Exists"}]},
+            "extraPodSpecs": {
+                "tolerations": [{"operator": "Exists"}],
+                "securityContext": {"fsGroup": AGENT_GROUP},
+            },
         },
     }
     if block_storage_class:

@@ -109,7 +109,7 @@ def test_agent_uses_psk_from_a_secret_and_active_checks(prod_plan):
     assert env["ZBX_TLSCONNECT"] == env["ZBX_TLSACCEPT"] == "psk"
     assert env["ZBX_TLSPSKFILE"].startswith(agent["extraVolumeMounts"][0]["mountPath"])
     assert agent["extraVolumes"][0]["secret"]["secretName"] == "zabbix-agent-psk"
-    assert agent["ZBX_ACTIVE_ALLOW"] is True and agent["ZBX_PASSIVE_ALLOW"] is False
+    assert agent["ZBX_ACTIVE_ALLOW"] is True and "ZBX_ACTIVESERVERS" not in agent
     assert prod_plan.named("monitoring-agent-psk-secret")["inputs"]["stringData"] == "[secret]"
 
 
