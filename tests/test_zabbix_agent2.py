@@ -6,9 +6,15 @@ and deliver active checks to the real 7.0 server through PSK."""
 
 from __future__ import annotations
 
+import grp
+import os
+import pwd
 import re
 import secrets
+import stat
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -94,7 +100,9 @@ def test_daemonset_agent_delivers_active_checks_to_the_real_server_over_psk(prod
         api = login(z.url, DEFAULT_ADMIN, DEFAULT_PASSWORD)
         hostid = _host_with_active_item(api, node, psk)
         hosts = {name: "127.0.0.1" for name in server_names(config)}
-        with run_agent2(config, **run, hosts=hosts, forwards={10051: ("127.0.0.1", z.server_port)}) as agent:
+        with run_agent2(
+            config, **run, hosts=hosts, forwards={("127.0.0.1", 10051): ("127.0.0.1", z.server_port)}
+        ) as agent:
             value = _wait_for_value(api, hostid, "agent.hostname", agent)
         assert value == node
 
@@ -117,3 +125,116 @@ def _wait_for_value(api, hostid: str, key: str, agent, timeout: float = 120) -> 
             return item["lastvalue"]
         time.sleep(2)
     raise AssertionError(f"no value for {key} from the agent in {timeout}s; agent log:\n{agent.log()}")
+
+
+# ---------------------------------------------------------------------------------------------
+# NAS hosts: the files zabbix-agent2-nas.sh writes, with the package's own zabbix_agent2.conf
+# ---------------------------------------------------------------------------------------------
+
+
+def _unused_id() -> int:
+    """A uid/gid no user or group of this machine has (the overlay's /etc/passwd extends the host's)."""
+    for n in range(2999, 2000, -1):
+        try:
+            pwd.getpwuid(n)
+        except KeyError:
+            try:
+                grp.getgrgid(n)
+            except KeyError:
+                return n
+    raise RuntimeError("no unused uid in 2000-2999")
+
+
+NAS_UID = _unused_id()  # the system user the package's postinst creates
+_NAS_STUBS = {
+    # The key download and dearmoring: any bytes do for a file the test never verifies.
+    "curl": 'while [ $# -gt 0 ]; do [ "$1" = -o ] && { echo key >"$2"; shift; }; shift; done',
+    "gpg": 'while [ $# -gt 0 ]; do [ "$1" = -o ] && { echo key >"$2"; shift; }; shift; done',
+    # `install` creates the zabbix user, as the package's postinst does.
+    "apt-get": f"""case " $* " in *" install "*)
+  echo "zabbix:x:{NAS_UID}:{NAS_UID}::/var/lib/zabbix:/usr/sbin/nologin" >>/etc/passwd
+  echo "zabbix:x:{NAS_UID}:" >>/etc/group
+  for a in "$@"; do case $a in zabbix-agent2=*) echo "${{a#*=}}" >/etc/zabbix-test-installed ;; esac; done ;;
+esac""",
+    "dpkg-query": "cat /etc/zabbix-test-installed 2>/dev/null",
+    "systemctl": """case $1 in restart) touch /etc/zabbix-test-up ;; is-active) [ -f /etc/zabbix-test-up ] ;; esac""",
+    "sudo": '[ "$1" = -n ] && shift; exec "$@"',
+}
+
+
+def run_nas_script(tmp_path, step_create: str, psk: str, runs: int = 1) -> tuple[list[str], Path]:
+    """Runs the NAS step's command (as the plan has it) `runs` times, with /etc and
+    /usr/share/keyrings on an overlay (the host's stay untouched) and the package tools stubbed.
+    Returns each run's output and the overlay's upper /etc."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for name, body in _NAS_STUBS.items():
+        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
+        (stubs / name).chmod(0o755)
+    dirs = {n: tmp_path / n for n in ("etc-up", "etc-work", "keys-up", "keys-work")}
+    for d in dirs.values():
+        d.mkdir()
+    mounts = (
+        f"mount -t overlay overlay -o lowerdir=/etc,upperdir={dirs['etc-up']},workdir={dirs['etc-work']} /etc && "
+        f"mount -t overlay overlay -o lowerdir=/usr/share/keyrings,upperdir={dirs['keys-up']},"
+        f"workdir={dirs['keys-work']} /usr/share/keyrings && "
+    )
+    outputs = []
+    for _ in range(runs):
+        proc = subprocess.run(
+            ["unshare", "--mount", "--", "sh", "-c", mounts + step_create],
+            input=psk + "\n",
+            capture_output=True,
+            text=True,
+            env={"PATH": f"{stubs}:{os.environ['PATH']}"},
+        )
+        assert proc.returncode == 0, proc.stderr
+        outputs.append(proc.stdout + proc.stderr)
+    return outputs, dirs["etc-up"]
+
+
+def nas_agent(plan, tmp_path, psk: str) -> tuple[str, str, dict, list[str]]:
+    host = node_names(plan, "nas")[0]
+    create = plan.revealed[plan.named(f"{host}-zabbix-agent2")["urn"]]["create"]
+    outputs, etc = run_nas_script(tmp_path, create, psk, runs=2)
+    dropin, psk_path = etc / "zabbix/zabbix_agent2.d/ml-platform.conf", etc / "zabbix/ml-platform.psk"
+    st = psk_path.stat()
+    files = {
+        "/etc/zabbix/zabbix_agent2.d/ml-platform.conf": File(dropin.read_text()),
+        "/etc/zabbix/ml-platform.psk": File(psk_path.read_text(), st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)),
+    }
+    base = (agent2_root() / "etc/zabbix/zabbix_agent2.conf").read_text()
+    return host, base, files, outputs
+
+
+def test_nas_script_gives_the_psk_to_the_zabbix_user_and_changes_nothing_the_second_time(prod_plan, tmp_path):
+    _, _, files, outputs = nas_agent(prod_plan, tmp_path, secrets.token_hex(32))
+    psk = files["/etc/zabbix/ml-platform.psk"]
+    assert (psk.uid, psk.gid, psk.mode) == (NAS_UID, NAS_UID, 0o400)
+    assert "restarted zabbix-agent2" in outputs[0]
+    assert "changed" not in outputs[1].lower() and "restarted" not in outputs[1], outputs[1]
+
+
+def test_nas_agent_runs_with_the_written_files_and_delivers_over_psk(prod_plan, tmp_path):
+    psk = secrets.token_hex(32)
+    host, base, files, _ = nas_agent(prod_plan, tmp_path, psk)
+    dropin = files["/etc/zabbix/zabbix_agent2.d/ml-platform.conf"].content
+    (server,) = config_values(dropin, "ServerActive")
+    address, port = server.rsplit(":", 1)
+    with zabbix70("agent2-nas", with_server=True) as z:
+        api = login(z.url, DEFAULT_ADMIN, DEFAULT_PASSWORD)
+        hostid = _host_with_active_item(api, host, psk)
+        run = {
+            "uid": NAS_UID,
+            "gid": NAS_UID,
+            "groups": (NAS_UID,),
+            "writable_dirs": ("/run/zabbix", "/var/log/zabbix"),
+        }
+        forwards = {(address, int(port)): ("127.0.0.1", z.server_port)}
+        with run_agent2(base, files, **run, forwards=forwards) as agent:
+            log = agent.root / "var/log/zabbix/zabbix_agent2.log"
+            agent.log = lambda: log.read_text(errors="replace") if log.exists() else ""  # its LogFile
+            assert agent.alive(), agent.log()
+            assert agent.accepts(PROBE_PORT)
+            value = _wait_for_value(api, hostid, "agent.hostname", agent)
+        assert value == host

@@ -307,9 +307,9 @@ class Agent2:
 
         return _in_netns(self.netns, probe)
 
-    def forward(self, port: int, target: tuple[str, int]) -> None:
-        """127.0.0.1:`port` in the agent's namespace -> `target` in the test's."""
-        listener = _in_netns(self.netns, lambda: socket.create_server(("127.0.0.1", port)))
+    def forward(self, address: str, port: int, target: tuple[str, int]) -> None:
+        """`address`:`port` in the agent's namespace -> `target` in the test's."""
+        listener = _in_netns(self.netns, lambda: socket.create_server((address, port)))
         self._listeners.append(listener)
         threading.Thread(target=_forward, args=(listener, target), daemon=True).start()
 
@@ -334,12 +334,14 @@ def run_agent2(
     gid: int = IMAGE_GID,
     groups: tuple[int, ...] = IMAGE_GROUPS,
     hosts: Mapping[str, str] = {},  # noqa: B006 (read-only)
-    forwards: Mapping[int, tuple[str, int]] = {},  # noqa: B006 (read-only)
+    forwards: Mapping[tuple[str, int], tuple[str, int]] = {},  # noqa: B006 (read-only)
+    writable_dirs: tuple[str, ...] = ("/run/zabbix",),
     settle_seconds: float = 3.0,
 ) -> Iterator[Agent2]:
     """Runs `zabbix_agent2 -f -c /etc/zabbix/zabbix_agent2.conf` with `config` as that file, the
     given extra files, /etc/hosts with `hosts` (name -> address), as uid:gid with `groups`, in a
-    network namespace of its own where `forwards` (port -> test-side address) lead out. Yields
+    network namespace of its own where `forwards` ((address, port) there -> (address, port) here)
+    lead out; `writable_dirs` belong to uid:gid (what the image or the package's postinst does). Yields
     after `settle_seconds` (the agent may already have exited: check `alive()`)."""
     cached = agent2_root()
     base = STATE / "agent2" / "runs"
@@ -349,9 +351,10 @@ def run_agent2(
     if subprocess.run(["cp", "-al", str(cached), str(root)], capture_output=True).returncode != 0:
         shutil.rmtree(root, ignore_errors=True)
         subprocess.run(["cp", "-a", str(cached), str(root)], check=True)
-    run_dir = root / "run" / "zabbix"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    os.chown(run_dir, uid, gid)  # PidFile/ControlSocket of the package's configuration
+    for directory in writable_dirs:
+        path = root / directory.lstrip("/")
+        path.mkdir(parents=True, exist_ok=True)
+        os.chown(path, uid, gid)
     etc_hosts = "127.0.0.1 localhost\n" + "".join(f"{ip} {name}\n" for name, ip in hosts.items())
     all_files = {CONFIG: File(config), "/etc/hosts": File(etc_hosts), **files}
     for path, spec in all_files.items():
@@ -362,7 +365,11 @@ def run_agent2(
         os.chown(target, spec.uid, spec.gid)
         os.chmod(target, spec.mode)
     log_path = base / f"{root.name}.log"
-    script = 'ip link set lo up && exec chroot --userspec="$1" --groups="$2" "$3" /usr/sbin/zabbix_agent2 -f -c "$4"'
+    addresses = sorted({address for address, _ in forwards if not address.startswith("127.")})
+    script = (
+        'ip link set lo up && for a in $5; do ip addr add "$a/32" dev lo; done && '
+        'exec chroot --userspec="$1" --groups="$2" "$3" /usr/sbin/zabbix_agent2 -f -c "$4"'
+    )
     with log_path.open("w") as log:
         process = subprocess.Popen(
             [
@@ -377,6 +384,7 @@ def run_agent2(
                 ",".join(str(g) for g in groups),
                 str(root),
                 CONFIG,
+                " ".join(addresses),
             ],
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -386,11 +394,11 @@ def run_agent2(
     try:
         own = os.stat("/proc/self/ns/net").st_ino
         deadline = time.monotonic() + 10
-        for port, target in forwards.items():
+        for (address, port), target in forwards.items():
             while agent.alive():  # until unshare has run and `ip` has brought loopback up
                 try:
                     if os.stat(agent.netns).st_ino != own:
-                        agent.forward(port, target)
+                        agent.forward(address, port, target)
                         break
                 except OSError:
                     pass
