@@ -36,7 +36,8 @@ from components import zabbix_objects as zbx
 from components.helm import release
 from components.namespaces import platform_namespace
 from components.remote import HostAccess, host_script
-from settings import Charts, MonitoringSettings, NasHost, NodeSettings
+from components.upgrades import NAMESPACE as UPGRADE_NAMESPACE
+from settings import CephfsBackup, Charts, EtcdSnapshots, MonitoringSettings, NasHost, NodeSettings
 from settings.monitoring import HOST_GROUPS, SEVERITIES, Channel
 
 RELEASE = "zabbix"  # chart objects are "zabbix-zabbix-server", "zabbix-zabbix-agent", SA "zabbix"
@@ -48,11 +49,16 @@ PSK_SECRET = "zabbix-agent-psk"
 PSK_IDENTITY = "ml-platform-agent"
 PSK_DIR = "/var/lib/zabbix/enc"  # the zabbix-agent2 image's directory for TLS files
 AGENT_GROUP = 1995  # the zabbix group of the zabbix/zabbix-agent2 image (its user is uid 1997)
-TEMPLATES = Path(__file__).parent / "zabbix" / "templates"
+ZABBIX_FILES = Path(__file__).parent / "zabbix"
+TEMPLATES = ZABBIX_FILES / "templates"
+USERPARAMETERS = "zabbix-agent-userparameters"  # ConfigMap with components/zabbix/agent2-userparameters.conf
+USERPARAMETERS_DIR = "/etc/zabbix/zabbix_agentd.d"  # the directory the image's entrypoint includes
+BACKUP_NAMESPACE = "ml-backup"  # where the backup Jobs write ConfigMap backup-status-<source>
 LINUX_TEMPLATE = "Linux by Zabbix agent active"
 K8S_STATE_TEMPLATE = "Kubernetes cluster state by HTTP"
 GPU_TEMPLATE, IB_TEMPLATE = "ml-platform GPU by DCGM exporter", "ml-platform InfiniBand by sysfs"
 CEPH_TEMPLATE, MINIO_TEMPLATE = "ml-platform Ceph by mgr Prometheus", "ml-platform MinIO by HTTP"
+KUBE_TEMPLATE, CERT_TEMPLATE = "ml-platform Kubernetes platform state", "ml-platform TLS certificates by agent 2"
 MEDIA_TYPES = {"slack": "Slack", "mattermost": "Mattermost"}
 
 
@@ -64,6 +70,7 @@ class ZabbixSecrets:
     agent_psk: Optional[pulumi.Output[str]] = None
     slack_bot_token: Optional[pulumi.Output[str]] = None
     mattermost_bot_token: Optional[pulumi.Output[str]] = None
+    minio_metrics_token: Optional[pulumi.Output[str]] = None  # bearer token of /minio/v2/metrics
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,9 @@ class ZabbixMonitoringArgs:
     block_storage_class: Optional[str]
     ceph_namespace: Optional[str]
     secrets: ZabbixSecrets = ZabbixSecrets()
+    backup: CephfsBackup = CephfsBackup()
+    etcd_snapshots: EtcdSnapshots = EtcdSnapshots()
+    minio_port: int = 9000
 
 
 def web_url(mon: MonitoringSettings, api_endpoint: str) -> str:
@@ -108,7 +118,77 @@ def node_groups(node: NodeSettings) -> list[str]:
 
 
 def node_templates(node: NodeSettings) -> list[str]:
-    return [LINUX_TEMPLATE, GPU_TEMPLATE, IB_TEMPLATE] if node.role == "gpu" else [LINUX_TEMPLATE]
+    templates = [LINUX_TEMPLATE, CERT_TEMPLATE]
+    if node.role == "gpu":
+        templates.append(GPU_TEMPLATE)
+    if node.infiniband:
+        templates.append(IB_TEMPLATE)
+    return templates
+
+
+def node_macros(node: NodeSettings, extra_endpoints: Sequence[str] = ()) -> list[dict[str, str]]:
+    """Host macros from the inventory: the GPUs the node must have, the certificates it serves
+    (kubelet; API server and RKE2 supervisor on control-plane nodes)."""
+    endpoints = [f"{node.address}:10250"]
+    if node.control_plane:
+        endpoints += [f"{node.address}:6443", f"{node.address}:9345"]
+    macros = [{"macro": "{$CERT.ENDPOINTS}", "value": ",".join([*endpoints, *extra_endpoints])}]
+    if node.gpu:
+        macros.append({"macro": "{$GPU.COUNT.EXPECTED}", "value": str(node.gpu.count)})
+    return macros
+
+
+def cron_interval_seconds(expression: str) -> int:
+    """The longest gap between two runs of a 5-field cron schedule (minute hour day month weekday,
+    with `*`, `*/n`, `a-b`, `a-b/n` and lists), found by walking a leap-free 4-week span minute by
+    minute from a Monday: "30 1 * * *" -> 86400, "0 */6 * * *" -> 21600."""
+    import datetime as dt
+
+    fields = expression.split()
+    if len(fields) != 5:
+        raise ValueError(f"not a 5-field cron schedule: {expression!r}")
+    ranges = [(0, 59), (0, 23), (1, 31), (1, 12), (0, 6)]
+    allowed = [_cron_field(f, lo, hi) for f, (lo, hi) in zip(fields, ranges, strict=True)]
+    start = dt.datetime(2029, 1, 1)  # a Monday
+    runs = []
+    for minute in range(28 * 24 * 60 + 1):
+        t = start + dt.timedelta(minutes=minute)
+        dom, dow = t.day in allowed[2], t.isoweekday() % 7 in allowed[4]
+        # cron: when both day fields are restricted, either one matching is enough
+        day_ok = (dom or dow) if "*" not in (fields[2], fields[4]) else (dom and dow)
+        if t.minute in allowed[0] and t.hour in allowed[1] and t.month in allowed[3] and day_ok:
+            runs.append(minute)
+    if len(runs) < 2:
+        raise ValueError(f"cron schedule {expression!r} runs less than twice in four weeks")
+    return max(b - a for a, b in zip(runs, runs[1:], strict=False)) * 60
+
+
+def _cron_field(field: str, lo: int, hi: int) -> set[int]:
+    values: set[int] = set()
+    for part in field.split(","):
+        base, _, step = part.partition("/")
+        first, last = (lo, hi) if base == "*" else (int(base.split("-")[0]), int(base.split("-")[-1]))
+        values.update(range(first, last + 1, int(step) if step else 1))
+    return {0 if hi == 6 and v == 7 else v for v in values}  # weekday 7 is Sunday too
+
+
+def kubernetes_macros(args: ZabbixMonitoringArgs) -> list[dict[str, str]]:
+    """Host macros of the Kubernetes host: where kube-state-metrics is, which backup sources exist and
+    how old their last success and RKE2's newest etcd snapshot may be (schedule interval + margin)."""
+    mon, backup = args.monitoring, args.backup
+    sources = [s.name for s in backup.sources]
+    backup_max_age = cron_interval_seconds(backup.schedule) + backup.deadline_seconds
+    etcd_margin = 60 * mon.thresholds.etcd_snapshot_margin_minutes
+    etcd_max_age = cron_interval_seconds(args.etcd_snapshots.schedule_cron) + etcd_margin
+    macros = [
+        {"macro": "{$KUBE.STATE.URL}", "value": f"http://{KSM_RELEASE}.{mon.namespace}.svc:8080/metrics"},
+        {"macro": "{$KUBE.UPGRADE.NAMESPACE}", "value": UPGRADE_NAMESPACE},
+        {"macro": "{$BACKUP.NAMESPACE}", "value": BACKUP_NAMESPACE},
+        {"macro": "{$BACKUP.SOURCES}", "value": ",".join(sources)},
+        {"macro": "{$ETCD.SNAPSHOT.MAXAGE}", "value": str(etcd_max_age)},
+    ]
+    macros += [{"macro": f'{{$BACKUP.MAXAGE:"{name}"}}', "value": str(backup_max_age)} for name in sources]
+    return macros
 
 
 def node_tags(node: NodeSettings) -> list[dict[str, str]]:
@@ -179,8 +259,14 @@ def chart_values(mon: MonitoringSettings, block_storage_class: Optional[str]) ->
             # The image runs as uid 1997, group 1995 (zabbix-docker's agent2 Dockerfile). A Secret
             # volume is root-owned; with an fsGroup the kubelet gives its files that group and
             # mode|0440, so the agent reads the PSK through its own group and nobody else can.
-            "extraVolumes": [{"name": "psk", "secret": {"secretName": PSK_SECRET, "defaultMode": 0o440}}],
-            "extraVolumeMounts": [{"name": "psk", "mountPath": PSK_DIR, "readOnly": True}],
+            "extraVolumes": [
+                {"name": "psk", "secret": {"secretName": PSK_SECRET, "defaultMode": 0o440}},
+                {"name": "userparameters", "configMap": {"name": USERPARAMETERS}},
+            ],
+            "extraVolumeMounts": [
+                {"name": "psk", "mountPath": PSK_DIR, "readOnly": True},
+                {"name": "userparameters", "mountPath": USERPARAMETERS_DIR, "readOnly": True},
+            ],
             # Every node, whatever its taints (GPU, control plane, cordoned): on the agent pod only.
             # The chart's top-level `tolerations` would also put server, web and database on GPU nodes.
             "extraPodSpecs": {
@@ -188,6 +274,14 @@ def chart_values(mon: MonitoringSettings, block_storage_class: Optional[str]) ->
                 "securityContext": {"fsGroup": AGENT_GROUP},
             },
         },
+    }
+    # The Kubernetes host's template reads the backup status ConfigMaps and RKE2's etcd snapshot list
+    # (read-only; the chart's ClusterRole has neither).
+    values["rbac"] = {
+        "additionalRulesForClusterRole": [
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]},
+            {"apiGroups": ["k3s.cattle.io"], "resources": ["etcdsnapshotfiles"], "verbs": ["get", "list"]},
+        ]
     }
     if block_storage_class:
         values["postgresql"]["persistence"]["storageClass"] = block_storage_class
@@ -295,6 +389,12 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             parent=self,
             depends_on=[namespace],
         )
+        userparameters = k8s.core.v1.ConfigMap(
+            f"{name}-agent-userparameters",
+            metadata={"name": USERPARAMETERS, "namespace": ns},
+            data={"ml-platform.conf": (ZABBIX_FILES / "agent2-userparameters.conf").read_text()},
+            opts=in_ns,
+        )
         chart = release(
             f"{name}-zabbix",
             args.charts.zabbix,
@@ -303,7 +403,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             values=chart_values(mon, args.block_storage_class),
             provider=args.provider,
             parent=self,
-            depends_on=[namespace, db_secret, psk_secret, ksm],
+            depends_on=[namespace, db_secret, psk_secret, userparameters, ksm],
         )
         # Kubernetes >= 1.24 creates no token for a service account: the K8s templates' {$KUBE.API.TOKEN}
         # comes from this Secret, which the token controller fills in.
@@ -370,6 +470,8 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             "infiniband": any(n.infiniband for n in args.nodes),
             "ceph-mgr": bool(args.ceph_namespace),
             "minio": bool(args.nas_hosts),
+            "kubernetes": True,
+            "certificates": True,
         }
         imports = [
             zbx.TemplateImport(
@@ -380,6 +482,15 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         ]
         host_deps = [*groups, *imports]
         psk_secrets = pulumi.Output.secret(psk.apply(lambda v: {"tls_psk_identity": PSK_IDENTITY, "tls_psk": v}))
+        nas_secrets = pulumi.Output.secret(
+            pulumi.Output.all(psk, args.secrets.minio_metrics_token or "").apply(
+                lambda v: {
+                    "tls_psk_identity": PSK_IDENTITY,
+                    "tls_psk": v[0],
+                    "macros": [{"macro": "{$MINIO.METRICS.TOKEN}", "value": v[1]}] if v[1] else [],
+                }
+            )
+        )
         hosts: list[str] = []
         for node in args.nodes:
             spec = {
@@ -388,6 +499,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
                 "groups": node_groups(node),
                 "templates": node_templates(node),
                 "tags": node_tags(node),
+                "macros": node_macros(node),
             }
             zbx.Host(f"{node.name}-zabbix-host", spec, connection, psk_secrets, opts=opts(*host_deps))
             hosts.append(node.name)
@@ -396,10 +508,14 @@ class ZabbixMonitoring(pulumi.ComponentResource):
                 "host": nas.name,
                 "ip": nas.address,
                 "groups": ["ml-platform/nas"],
-                "templates": [LINUX_TEMPLATE, MINIO_TEMPLATE],
+                "templates": [LINUX_TEMPLATE, MINIO_TEMPLATE, CERT_TEMPLATE],
                 "tags": [{"tag": "role", "value": "nas"}, {"tag": "storage", "value": "minio"}],
+                "macros": [
+                    {"macro": "{$MINIO.PORT}", "value": str(args.minio_port)},
+                    {"macro": "{$CERT.ENDPOINTS}", "value": f"{nas.address}:{args.minio_port}"},
+                ],
             }
-            zbx.Host(f"{nas.name}-zabbix-host", spec, connection, psk_secrets, opts=opts(*host_deps))
+            zbx.Host(f"{nas.name}-zabbix-host", spec, connection, nas_secrets, opts=opts(*host_deps))
             hosts.append(nas.name)
         hosts += self._cluster_hosts(name, args, connection, opts, host_deps)
         self._alerting(name, args, connection, opts, groups)
@@ -412,6 +528,9 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             "{$GPU.MEM.PUSED.MAX}": (t.gpu_memory_used_percent, "GPU memory use threshold (%)"),
             "{$IB.ERRORS.MAX}": (t.ib_port_errors_per_hour, "InfiniBand port errors per hour threshold"),
             "{$CEPH.POOL.PUSED.MAX}": (t.ceph_pool_used_percent, "Ceph pool fill threshold (%)"),
+            "{$IB.RATE.MIN}": (t.ib_min_rate_gbps, "InfiniBand rate below which a link is degraded (Gb/s)"),
+            "{$KUBE.NODE.CORDONED.MAX}": (f"{t.node_cordoned_max_minutes}m", "How long a node may stay cordoned"),
+            "{$CERT.EXPIRY.WARN}": (t.certificate_expiry_days * 86400, "Certificate expiry warning (seconds)"),
             # The Slack and Mattermost webhooks link back to the UI through this macro.
             "{$ZABBIX.URL}": (self.url, "Zabbix web UI URL"),
         }
@@ -431,7 +550,13 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         kube = f"{args.cluster_name}-kubernetes"
         zbx.Host(
             f"{name}-host-kubernetes",
-            {"host": kube, "groups": ["ml-platform/kubernetes"], "templates": [K8S_STATE_TEMPLATE], "tags": []},
+            {
+                "host": kube,
+                "groups": ["ml-platform/kubernetes"],
+                "templates": [K8S_STATE_TEMPLATE, KUBE_TEMPLATE],
+                "tags": [],
+                "macros": kubernetes_macros(args),
+            },
             connection,
             pulumi.Output.secret(token.apply(lambda v: {"macros": [{"macro": "{$KUBE.API.TOKEN}", "value": v}]})),
             opts=opts(*deps),

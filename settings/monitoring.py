@@ -85,6 +85,27 @@ class Thresholds(Model):
     ceph_pool_used_percent: int = Field(
         default=80, ge=50, le=99, description="Ceph pool fill level above which it alerts."
     )
+    ib_min_rate_gbps: int = Field(
+        default=100,
+        ge=10,
+        le=1600,
+        description="InfiniBand link rate (Gb/s) below which a port counts as degraded (trained down).",
+    )
+    node_cordoned_max_minutes: int = Field(
+        default=120,
+        ge=5,
+        le=10080,
+        description="How long a node may stay cordoned (spec.unschedulable) before it alerts.",
+    )
+    certificate_expiry_days: int = Field(
+        default=21, ge=1, le=365, description="Days before a watched TLS certificate expires that it alerts."
+    )
+    etcd_snapshot_margin_minutes: int = Field(
+        default=30,
+        ge=5,
+        le=1440,
+        description="An etcd snapshot is too old after the schedule's longest interval plus this margin.",
+    )
 
 
 class Channel(Model):

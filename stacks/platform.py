@@ -8,6 +8,7 @@ dependencies; none reads the config itself.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -263,7 +264,10 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             nas_hosts=settings.nas.hosts,
             block_storage_class=ceph.storage_classes.get("tier2Block"),
             ceph_namespace=ceph.namespace or None,
-            secrets=secrets.zabbix,
+            secrets=dataclasses.replace(secrets.zabbix, minio_metrics_token=minio.metrics_token),
+            backup=settings.storage.minio.backup,
+            etcd_snapshots=settings.cluster.etcd_snapshots,
+            minio_port=settings.storage.minio.port,
         ),
     )
     oidc = settings.cluster.oidc

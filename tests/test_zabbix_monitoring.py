@@ -12,7 +12,7 @@ import pytest
 
 from components.cluster import GPU_TAINT
 from components.remote import script_text
-from components.zabbix_monitoring import RELEASE, severity_mask
+from components.zabbix_monitoring import RELEASE, cron_interval_seconds, severity_mask
 from settings import load
 from stacks import plan as plan_cli
 from tests.conftest import evaluate, problems, run_plan, stack_doc, tolerates
@@ -179,8 +179,17 @@ def test_every_node_and_nas_host_is_a_zabbix_host(prod_plan):
 def test_gpu_node_host_has_gpu_and_ib_templates_and_tags(prod_plan):
     spec = spec_of(prod_plan, "gpu-01-zabbix-host")
     assert spec["templates"] == sorted(
-        ["Linux by Zabbix agent active", "ml-platform GPU by DCGM exporter", "ml-platform InfiniBand by sysfs"]
+        [
+            "Linux by Zabbix agent active",
+            "ml-platform GPU by DCGM exporter",
+            "ml-platform InfiniBand by sysfs",
+            "ml-platform TLS certificates by agent 2",
+        ]
     )
+    macros = {m["macro"]: m["value"] for m in spec["macros"]}
+    node = next(n for n in stack_doc("prod")["nodes"] if n["name"] == "gpu-01")
+    assert macros["{$GPU.COUNT.EXPECTED}"] == str(node["gpu"]["count"])
+    assert macros["{$CERT.ENDPOINTS}"] == f"{node['address']}:10250"
     assert {"tag": "role", "value": "gpu"} in spec["tags"]
     assert any(t["tag"] == "infiniband" for t in spec["tags"]) and any(t["tag"] == "gpu" for t in spec["tags"])
     assert spec["groups"] == ["ml-platform/gpu-nodes"]
@@ -194,8 +203,32 @@ def test_gpu_node_host_has_gpu_and_ib_templates_and_tags(prod_plan):
 
 def test_kubernetes_host_uses_the_state_template_with_a_secret_token(prod_plan):
     host = prod_plan.named("monitoring-host-kubernetes")
-    assert host["inputs"]["spec"]["templates"] == ["Kubernetes cluster state by HTTP"]
+    assert host["inputs"]["spec"]["templates"] == [
+        "Kubernetes cluster state by HTTP",
+        "ml-platform Kubernetes platform state",
+    ]
     assert host["inputs"]["secrets"] == "[secret]"
+
+
+@pytest.mark.parametrize(
+    ("schedule", "seconds"),
+    [("30 1 * * *", 86400), ("0 */6 * * *", 21600), ("0 1 * * 1-5", 3 * 86400), ("*/15 * * * *", 900)],
+)
+def test_cron_interval_is_the_longest_gap_between_runs(schedule, seconds):
+    assert cron_interval_seconds(schedule) == seconds
+
+
+def test_backup_and_etcd_age_limits_follow_the_schedules(prod_plan):
+    macros = {m["macro"]: m["value"] for m in spec_of(prod_plan, "monitoring-host-kubernetes")["macros"]}
+    settings = load(stack_doc("prod"))
+    backup, etcd = settings.storage.minio.backup, settings.cluster.etcd_snapshots
+    assert macros["{$BACKUP.SOURCES}"] == ",".join(s.name for s in backup.sources)
+    for source in backup.sources:
+        assert int(macros[f'{{$BACKUP.MAXAGE:"{source.name}"}}']) == (
+            cron_interval_seconds(backup.schedule) + backup.deadline_seconds
+        )
+    margin = settings.monitoring.thresholds.etcd_snapshot_margin_minutes * 60
+    assert int(macros["{$ETCD.SNAPSHOT.MAXAGE}"]) == cron_interval_seconds(etcd.schedule_cron) + margin
 
 
 def test_platform_templates_are_imported(prod_plan):
@@ -204,7 +237,9 @@ def test_platform_templates_are_imported(prod_plan):
         "ml-platform Ceph by mgr Prometheus",
         "ml-platform GPU by DCGM exporter",
         "ml-platform InfiniBand by sysfs",
+        "ml-platform Kubernetes platform state",
         "ml-platform MinIO by HTTP",
+        "ml-platform TLS certificates by agent 2",
     ]
 
 
