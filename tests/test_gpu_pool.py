@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from components.cluster import GPU_TAINT, ROLE_LABEL, node_labels
-from components.gpu_pool import gpu_operator_values
+from components.gpu_pool import DCGM_METRICS, gpu_operator_values
 from components.remote import script_text
 from settings import load
 from tests.conftest import evaluate, node_index, problems, stack_doc, tolerates
@@ -31,7 +31,12 @@ NFD_SUBCHART_KEYS = {"node-feature-discovery.worker.nodeSelector"}
 # Values the chart turns into the ClusterPolicy spec (templates/clusterpolicy.yaml), checked against
 # the CRD too. `devicePlugin.config.create`/`.data` are chart-only: the chart renders the ConfigMap.
 CLUSTER_POLICY_SECTIONS = {"cdi", "operator", "daemonsets", "driver", "toolkit", "devicePlugin", "dcgmExporter"}
-CHART_ONLY = {"devicePlugin.config.create", "devicePlugin.config.data"}
+CHART_ONLY = {
+    "devicePlugin.config.create",
+    "devicePlugin.config.data",
+    "dcgmExporter.config.create",  # templates/dcgm_exporter_config.yaml: the chart makes the ConfigMap
+    "dcgmExporter.config.data",
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,10 +168,12 @@ def test_driver_from_operator_or_host(prod_plan):
 
 def test_dcgm_exporter_on_without_service_monitor(prod_plan):
     # Host network: Zabbix scrapes each GPU node's exporter at <node address>:9400 (docs/monitoring.md).
+    # The counters file adds the error counters the GPU template alerts on.
     assert _values(prod_plan, "gpu-operator")["dcgmExporter"] == {
         "enabled": True,
         "hostNetwork": True,
         "serviceMonitor": {"enabled": False},
+        "config": {"name": "dcgm-exporter-metrics", "create": True, "data": DCGM_METRICS.read_text()},
     }
 
 
