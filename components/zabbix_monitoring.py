@@ -216,6 +216,23 @@ ZABBIX_REQUESTS = {
 KSM_VALUES = {"resources": {"requests": {"cpu": "50m", "memory": "128Mi"}}}
 
 
+def global_macros(mon: MonitoringSettings, url: str) -> dict[str, tuple[str, str]]:
+    """Macro -> (value, description): the thresholds the templates' triggers read, and the UI URL the
+    Slack and Mattermost webhooks link back to."""
+    t = mon.thresholds
+    values = {
+        "{$GPU.TEMP.MAX}": (t.gpu_temperature_celsius, "GPU temperature threshold (C)"),
+        "{$GPU.MEM.PUSED.MAX}": (t.gpu_memory_used_percent, "GPU memory use threshold (%)"),
+        "{$IB.ERRORS.MAX}": (t.ib_port_errors_per_hour, "InfiniBand port errors per hour threshold"),
+        "{$CEPH.POOL.PUSED.MAX}": (t.ceph_pool_used_percent, "Ceph pool fill threshold (%)"),
+        "{$IB.RATE.MIN}": (t.ib_min_rate_gbps, "InfiniBand rate below which a link is degraded (Gb/s)"),
+        "{$KUBE.NODE.CORDONED.MAX}": (f"{t.node_cordoned_max_minutes}m", "How long a node may stay cordoned"),
+        "{$CERT.EXPIRY.WARN}": (t.certificate_expiry_days * 86400, "Certificate expiry warning (seconds)"),
+        "{$ZABBIX.URL}": (url, "Zabbix web UI URL"),
+    }
+    return {macro: (str(value), text) for macro, (value, text) in values.items()}
+
+
 def chart_values(mon: MonitoringSettings, block_storage_class: Optional[str]) -> dict[str, Any]:
     """Values for the community zabbix chart (checked against its values.yaml in the tests)."""
     web_service: dict[str, Any] = {"type": "NodePort", "nodePort": mon.web.node_port} if mon.web.node_port else {}
@@ -522,26 +539,14 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         return hosts
 
     def _global_macros(self, name, args, connection, opts) -> list[pulumi.Resource]:
-        t = args.monitoring.thresholds
-        values = {
-            "{$GPU.TEMP.MAX}": (t.gpu_temperature_celsius, "GPU temperature threshold (C)"),
-            "{$GPU.MEM.PUSED.MAX}": (t.gpu_memory_used_percent, "GPU memory use threshold (%)"),
-            "{$IB.ERRORS.MAX}": (t.ib_port_errors_per_hour, "InfiniBand port errors per hour threshold"),
-            "{$CEPH.POOL.PUSED.MAX}": (t.ceph_pool_used_percent, "Ceph pool fill threshold (%)"),
-            "{$IB.RATE.MIN}": (t.ib_min_rate_gbps, "InfiniBand rate below which a link is degraded (Gb/s)"),
-            "{$KUBE.NODE.CORDONED.MAX}": (f"{t.node_cordoned_max_minutes}m", "How long a node may stay cordoned"),
-            "{$CERT.EXPIRY.WARN}": (t.certificate_expiry_days * 86400, "Certificate expiry warning (seconds)"),
-            # The Slack and Mattermost webhooks link back to the UI through this macro.
-            "{$ZABBIX.URL}": (self.url, "Zabbix web UI URL"),
-        }
         return [
             zbx.GlobalMacro(
                 f"{name}-macro-{_slug(macro)}",
-                {"macro": macro, "value": str(value), "description": f"{text} (ml-platform settings)"},
+                {"macro": macro, "value": value, "description": f"{text} (ml-platform settings)"},
                 connection,
                 opts=opts(),
             )
-            for macro, (value, text) in values.items()
+            for macro, (value, text) in global_macros(args.monitoring, self.url).items()
         ]
 
     def _cluster_hosts(self, name, args, connection, opts, deps) -> list[str]:
