@@ -87,6 +87,7 @@ class ZabbixMonitoringArgs:
     block_storage_class: Optional[str]
     ceph_namespace: Optional[str]
     secrets: ZabbixSecrets = ZabbixSecrets()
+    storage_ready: Sequence[pulumi.Resource] = ()  # what creates block_storage_class (the database claims it)
     backup: CephfsBackup = CephfsBackup()
     etcd_snapshots: EtcdSnapshots = EtcdSnapshots()
     minio_port: int = 9000
@@ -420,7 +421,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             values=chart_values(mon, args.block_storage_class),
             provider=args.provider,
             parent=self,
-            depends_on=[namespace, db_secret, psk_secret, userparameters, ksm],
+            depends_on=[namespace, db_secret, psk_secret, userparameters, ksm, *args.storage_ready],
         )
         # Kubernetes >= 1.24 creates no token for a service account: the K8s templates' {$KUBE.API.TOKEN}
         # comes from this Secret, which the token controller fills in.

@@ -263,6 +263,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             nodes=settings.nodes,
             nas_hosts=settings.nas.hosts,
             block_storage_class=ceph.storage_classes.get("tier2Block"),
+            storage_ready=[ceph.storage_class_release] if ceph.storage_class_release else [],
             ceph_namespace=ceph.namespace or None,
             secrets=dataclasses.replace(secrets.zabbix, minio_metrics_token=minio.metrics_token),
             backup=settings.storage.minio.backup,

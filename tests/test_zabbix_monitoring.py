@@ -89,6 +89,11 @@ def test_database_is_persistent_on_tier2_block_and_not_the_default_password(prod
     assert secret["stringData"] == "[secret]"  # the random DB password makes the whole map secret
 
 
+def test_the_release_waits_for_the_release_that_creates_the_block_storage_class(prod_plan):
+    ceph_cluster = prod_plan.named("ceph-cluster")["urn"]
+    assert ceph_cluster in prod_plan.named(ZABBIX)["dependencies"]
+
+
 @pytest.mark.parametrize("taint", [GPU_TAINT, CONTROL_PLANE_TAINT, "node.kubernetes.io/unschedulable:NoSchedule"])
 def test_agent_daemonset_tolerates_every_node(taint, prod_plan):
     agent = values(prod_plan)["zabbixAgent"]
