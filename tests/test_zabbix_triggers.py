@@ -287,8 +287,9 @@ def test_node_cordoned_longer_than_the_threshold(api):
     push(api, name, "kube.state.metrics", kube_state(ready, {"cpu-05": 1}, {}))  # just cordoned: no alert yet
     time.sleep(5)
     assert triggers(api, hostid)["Node cpu-05 cordoned for more than 1m"]["value"] == OK
+    cordoned = kube_state(ready, {"cpu-05": 1}, {})
     fired = wait_for(api, hostid, "cordoned", PROBLEM, timeout=150,
-                     feed=lambda: push(api, name, "kube.state.metrics", kube_state(ready, {"cpu-05": 1}, {})))  # fmt: skip
+                     feed=lambda: push(api, name, "kube.state.metrics", cordoned))  # fmt: skip
     assert fired == "Node cpu-05 cordoned for more than 1m"
     wait_for(api, hostid, "cordoned", OK, feed=lambda: push(api, name, "kube.state.metrics",
                                                              kube_state(ready, {"cpu-05": 0}, {})))  # fmt: skip
@@ -368,8 +369,9 @@ def etcd_snapshots(ages: list[int]) -> str:
 
 def test_etcd_snapshot_too_old_fires_and_resolves(api):
     name, hostid = host(api, [KUBE_TEMPLATE], {"{$ETCD.SNAPSHOT.MAXAGE}": "7200"})
+    old = etcd_snapshots([9000, 30000])
     fired = wait_for(api, hostid, "etcd: newest snapshot", PROBLEM,
-                     feed=lambda: push(api, name, "kube.etcd.snapshot.last", etcd_snapshots([9000, 30000])))  # fmt: skip
+                     feed=lambda: push(api, name, "kube.etcd.snapshot.last", old))  # fmt: skip
     assert fired == "etcd: newest snapshot older than 7200s"
     wait_for(api, hostid, "etcd: newest snapshot", OK,
              feed=lambda: push(api, name, "kube.etcd.snapshot.last", etcd_snapshots([600, 9000])))  # fmt: skip
