@@ -30,6 +30,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
+import pulumi_tls as tls
 import yaml
 
 from components import zabbix_objects as zbx
@@ -46,6 +47,7 @@ SERVICE_ACCOUNT = "zabbix"
 TOKEN_SECRET = "zabbix-api-token"
 DB_SECRET = "zabbix-db-access"
 PSK_SECRET = "zabbix-agent-psk"
+WEB_TLS_SECRET = "zabbix-web-tls"  # the web UI's certificate when the program issues it
 PSK_IDENTITY = "ml-platform-agent"
 PSK_DIR = "/var/lib/zabbix/enc"  # the zabbix-agent2 image's directory for TLS files
 AGENT_GROUP = 1995  # the zabbix group of the zabbix/zabbix-agent2 image (its user is uid 1997)
@@ -94,9 +96,11 @@ class ZabbixMonitoringArgs:
 
 
 def web_url(mon: MonitoringSettings, api_endpoint: str) -> str:
+    """HTTPS, except where the lab-only setting asks for plain HTTP."""
+    scheme = "http" if mon.web.insecure_plain_http_lab_only else "https"
     if mon.web.ingress_host:
-        return f"https://{mon.web.ingress_host}"
-    return f"http://{api_endpoint}:{mon.web.node_port}"
+        return f"{scheme}://{mon.web.ingress_host}"
+    return f"{scheme}://{api_endpoint}:{mon.web.node_port}"
 
 
 def severity_index(name: str) -> int:
@@ -234,9 +238,23 @@ def global_macros(mon: MonitoringSettings, url: str) -> dict[str, tuple[str, str
     return {macro: (str(value), text) for macro, (value, text) in values.items()}
 
 
+def web_tls_secret(mon: MonitoringSettings) -> Optional[str]:
+    """The Secret with the web UI's certificate: the site's (ingress), the program's, or none (lab HTTP)."""
+    if mon.web.insecure_plain_http_lab_only:
+        return None
+    return mon.web.tls_secret_name or WEB_TLS_SECRET
+
+
 def chart_values(mon: MonitoringSettings, block_storage_class: Optional[str]) -> dict[str, Any]:
     """Values for the community zabbix chart (checked against its values.yaml in the tests)."""
     web_service: dict[str, Any] = {"type": "NodePort", "nodePort": mon.web.node_port} if mon.web.node_port else {}
+    https_pod = mon.web.node_port is not None and not mon.web.insecure_plain_http_lab_only
+    web: dict[str, Any] = {"service": web_service} if web_service else {}
+    if https_pod:
+        # The NodePort serves HTTPS from the pod: the image's nginx listens on 8443 with TLS when
+        # /etc/ssl/nginx holds ssl.crt, ssl.key and dhparam.pem (the chart's tlsCertsSecretName).
+        probe = {"httpGet": {"path": "/ping", "port": "zabbix-web", "scheme": "HTTPS"}}
+        web.update(port=8443, tlsCertsSecretName=WEB_TLS_SECRET, livenessProbe=probe, readinessProbe=probe)
     values: dict[str, Any] = {
         "zabbixImageTag": mon.image_tag,
         # Credentials from our own Secret (random password), never the chart's literal zabbix/zabbix.
@@ -251,7 +269,7 @@ def chart_values(mon: MonitoringSettings, block_storage_class: Optional[str]) ->
             # Active agents on the NAS hosts reach the trapper port through this NodePort.
             "service": {"type": "NodePort", "nodePort": mon.server_node_port},
         },
-        "zabbixWeb": {"service": web_service} if web_service else {},
+        "zabbixWeb": web,
         "zabbixAgent": {
             "runAsSidecar": False,
             "runAsDaemonSet": True,
@@ -314,6 +332,8 @@ def chart_values(mon: MonitoringSettings, block_storage_class: Optional[str]) ->
         }
         if mon.web.ingress_class_name:
             ingress["ingressClassName"] = mon.web.ingress_class_name
+        if web_tls_secret(mon):
+            ingress["tls"] = [{"hosts": [mon.web.ingress_host], "secretName": web_tls_secret(mon)}]
         values["ingress"] = ingress
     return values
 
@@ -333,6 +353,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
     api_user: str
     api_token: pulumi.Output[str]
     admin_password: pulumi.Output[str]
+    ca_cert: pulumi.Output[str]  # PEM the web UI's certificate chains to ("" with plain HTTP)
     monitored_hosts: list[str]
 
     def __init__(self, name: str, args: ZabbixMonitoringArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
@@ -348,20 +369,25 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             random.RandomBytes(f"{name}-agent-psk", length=32, opts=child).hex
         )
 
+        self.ca_cert = pulumi.Output.from_input(mon.web.ca_cert or "")
         chart = self._cluster_half(name, args, psk)
         self._nas_agents(name, args, psk)
+        ca = self.ca_cert.apply(lambda pem: pem or None)
         bootstrap = zbx.ZabbixBootstrap(
             f"{name}-api-bootstrap",
             url=f"{self.url}/api_jsonrpc.php",
             api_user=mon.api_user,
             admin_password=self.admin_password,
             api_password=api_password,
+            ca=ca,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[chart]),
         )
         self.api_token = bootstrap.token
-        connection = pulumi.Output.secret({"url": f"{self.url}/api_jsonrpc.php", "token": bootstrap.token})
+        connection = pulumi.Output.secret({"url": f"{self.url}/api_jsonrpc.php", "token": bootstrap.token, "ca": ca})
         self.monitored_hosts = self._api_objects(name, args, connection, psk)
-        self.register_outputs({"url": self.url, "apiUser": self.api_user, "monitoredHosts": self.monitored_hosts})
+        self.register_outputs(
+            {"url": self.url, "apiUser": self.api_user, "caCert": self.ca_cert, "monitoredHosts": self.monitored_hosts}
+        )
 
     # ------------------------------------------------------------------------------------------ cluster
     def _cluster_half(self, name: str, args: ZabbixMonitoringArgs, psk: pulumi.Output[str]) -> pulumi.Resource:
@@ -407,6 +433,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             parent=self,
             depends_on=[namespace],
         )
+        web_tls = self._web_certificate(name, args, in_ns)
         userparameters = k8s.core.v1.ConfigMap(
             f"{name}-agent-userparameters",
             metadata={"name": USERPARAMETERS, "namespace": ns},
@@ -421,7 +448,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             values=chart_values(mon, args.block_storage_class),
             provider=args.provider,
             parent=self,
-            depends_on=[namespace, db_secret, psk_secret, userparameters, ksm, *args.storage_ready],
+            depends_on=[namespace, db_secret, psk_secret, userparameters, ksm, *web_tls, *args.storage_ready],
         )
         # Kubernetes >= 1.24 creates no token for a service account: the K8s templates' {$KUBE.API.TOKEN}
         # comes from this Secret, which the token controller fills in.
@@ -436,6 +463,61 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(depends_on=[chart])),
         )
         return chart
+
+    def _web_certificate(self, name: str, args: ZabbixMonitoringArgs, opts: pulumi.ResourceOptions) -> list:
+        """The web UI's certificate, issued by the program's own CA, in the Secret the web pod (NodePort:
+        ssl.crt, ssl.key, dhparam.pem) or the Ingress (tls.crt, tls.key) reads. Nothing when the site
+        gives its own (tlsSecretName) or the lab runs plain HTTP. Sets `ca_cert`."""
+        mon = args.monitoring
+        if mon.web.insecure_plain_http_lab_only or mon.web.tls_secret_name:
+            return []
+        child = pulumi.ResourceOptions(parent=self)
+        ca_key = tls.PrivateKey(f"{name}-web-ca-key", algorithm="ECDSA", ecdsa_curve="P384", opts=child)
+        ca = tls.SelfSignedCert(
+            f"{name}-web-ca",
+            private_key_pem=ca_key.private_key_pem,
+            is_ca_certificate=True,
+            validity_period_hours=10 * 365 * 24,
+            allowed_uses=["cert_signing", "crl_signing"],
+            subject=tls.SelfSignedCertSubjectArgs(common_name="ml-platform Zabbix web CA"),
+            opts=child,
+        )
+        key = tls.PrivateKey(f"{name}-web-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
+        host = mon.web.ingress_host or args.api_endpoint
+        is_ip = all(part.isdigit() for part in host.split("."))
+        request = tls.CertRequest(
+            f"{name}-web-csr",
+            private_key_pem=key.private_key_pem,
+            subject=tls.CertRequestSubjectArgs(common_name=host),
+            dns_names=[] if is_ip else [host],
+            ip_addresses=[host] if is_ip else [],
+            opts=child,
+        )
+        cert = tls.LocallySignedCert(
+            f"{name}-web-cert",
+            cert_request_pem=request.cert_request_pem,
+            ca_private_key_pem=ca_key.private_key_pem,
+            ca_cert_pem=ca.cert_pem,
+            validity_period_hours=2 * 365 * 24,
+            early_renewal_hours=60 * 24,  # a `pulumi up` in the last 60 days renews it
+            allowed_uses=["digital_signature", "key_encipherment", "server_auth"],
+            opts=child,
+        )
+        self.ca_cert = ca.cert_pem
+        if mon.web.ingress_host:
+            data: dict[str, Any] = {"tls.crt": cert.cert_pem, "tls.key": key.private_key_pem}
+            kind = "kubernetes.io/tls"
+        else:
+            dhparam = (ZABBIX_FILES / "ffdhe2048.pem").read_text()
+            data, kind = {"ssl.crt": cert.cert_pem, "ssl.key": key.private_key_pem, "dhparam.pem": dhparam}, "Opaque"
+        secret = k8s.core.v1.Secret(
+            f"{name}-web-tls",
+            metadata={"name": WEB_TLS_SECRET, "namespace": mon.namespace},
+            type=kind,
+            string_data=data,
+            opts=opts,
+        )
+        return [secret]
 
     def _kube_token(self, name: str, args: ZabbixMonitoringArgs) -> pulumi.Output[str]:
         """The token the controller writes into the Secret. It is there when this read runs: when

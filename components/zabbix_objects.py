@@ -41,7 +41,8 @@ class ZabbixObjectProvider(ResourceProvider):
     serialize_as_secret_always = False
 
     def _api(self, props: dict) -> Any:
-        return connect(props["connection"]["url"], props["connection"]["token"])
+        conn = props["connection"]
+        return connect(conn["url"], conn["token"], conn.get("ca"))
 
     def create(self, props: dict) -> CreateResult:
         kind, spec, secrets = props["kind"], normalized(props["kind"], props["spec"]), props.get("secrets") or {}
@@ -148,11 +149,11 @@ class BootstrapProvider(ResourceProvider):
 
     serialize_as_secret_always = False
     _REPLACE_ON = ("url", "api_user")
-    _UPDATE_ON = ("admin_password", "api_password")
+    _UPDATE_ON = ("admin_password", "api_password", "ca")
 
     def create(self, props: dict) -> CreateResult:
-        wait_for_api(props["url"], int(props.get("wait_seconds", 900)))
-        api = admin_session(props["url"], props["admin_password"])
+        wait_for_api(props["url"], int(props.get("wait_seconds", 900)), props.get("ca"))
+        api = admin_session(props["url"], props["admin_password"], ca_pem=props.get("ca"))
         userid = self._api_user(api, props)
         old = api.token.get(filter={"name": TOKEN_NAME}, userids=[userid], output=["tokenid"])
         if old:
@@ -178,17 +179,17 @@ class BootstrapProvider(ResourceProvider):
         return DiffResult(changes=bool(changed), replaces=replaces)
 
     def update(self, id_: str, olds: dict, news: dict) -> UpdateResult:
-        api = admin_session(news["url"], news["admin_password"], olds.get("admin_password"))
+        api = admin_session(news["url"], news["admin_password"], olds.get("admin_password"), news.get("ca"))
         userid = self._api_user(api, news)
         return UpdateResult({**news, "userid": userid, "token": olds["token"]})
 
     def read(self, id_: str, props: dict) -> ReadResult:
-        api = connect(props["url"], props["token"])
+        api = connect(props["url"], props["token"], props.get("ca"))
         rows = api.user.get(userids=[id_], output=["username"])
         return ReadResult(id_ if rows else None, props if rows else {})
 
     def delete(self, id_: str, props: dict) -> None:
-        api = admin_session(props["url"], props["admin_password"])
+        api = admin_session(props["url"], props["admin_password"], ca_pem=props.get("ca"))
         api.user.delete(id_)
 
 
@@ -203,10 +204,12 @@ class ZabbixBootstrap(Resource, module="zabbix", name="Bootstrap"):
         api_user: str,
         admin_password: pulumi.Input[str],
         api_password: pulumi.Input[str],
+        ca: Optional[pulumi.Input[str]] = None,
         opts: Optional[pulumi.ResourceOptions] = None,
     ) -> None:
         props = {
             "url": url,
+            "ca": ca,  # PEM the web UI's certificate must chain to (None: the system's trust store)
             "api_user": api_user,
             "admin_password": admin_password,
             "api_password": api_password,

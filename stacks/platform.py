@@ -297,6 +297,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
         "oidcLogin": {"issuerUrl": oidc.issuer_url, "clientId": oidc.client_id} if oidc else {},
         "workloadPriorityClasses": scheduling.priority_classes,
         "zabbixUrl": monitoring.url,
+        "zabbixCaCert": monitoring.ca_cert,
         "zabbixApiUser": monitoring.api_user,
         "zabbixApiToken": monitoring.api_token,
         "zabbixAdminPassword": monitoring.admin_password,

@@ -124,10 +124,63 @@ def test_service_account_token_secret_for_the_kubernetes_templates(prod_plan):
     assert secret["metadata"]["annotations"] == {"kubernetes.io/service-account.name": "zabbix"}
 
 
-def test_web_exposure_and_url_output(prod_plan):
-    assert values(prod_plan)["zabbixWeb"]["service"] == {"type": "NodePort", "nodePort": 31080}
-    assert prod_plan.outputs["zabbixUrl"] == "http://10.20.0.10:31080"
+def test_web_ui_and_api_are_https_on_the_node_port(prod_plan):
+    web = values(prod_plan)["zabbixWeb"]
+    assert web["service"] == {"type": "NodePort", "nodePort": 31080}
+    # The pod serves TLS on 8443 from the program's certificate; the probes speak HTTPS to it.
+    assert web["port"] == 8443 and web["tlsCertsSecretName"] == "zabbix-web-tls"
+    assert web["livenessProbe"]["httpGet"]["scheme"] == web["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    secret = prod_plan.named("monitoring-web-tls")["inputs"]
+    assert secret["metadata"]["name"] == "zabbix-web-tls" and secret["stringData"] == "[secret]"
+    cert = prod_plan.named("monitoring-web-csr")["inputs"]
+    assert cert["ipAddresses"] == ["10.20.0.10"]  # the API endpoint the URL names
+    assert prod_plan.outputs["zabbixUrl"] == "https://10.20.0.10:31080"
     assert values(prod_plan)["zabbixServer"]["service"] == {"type": "NodePort", "nodePort": 31051}
+
+
+def test_the_program_verifies_the_web_certificate_with_its_ca(prod_plan):
+    bootstrap = prod_plan.by_type("pulumi-python:dynamic/zabbix:Bootstrap")[0]["inputs"]
+    assert bootstrap["url"].startswith("https://") and "ca" in bootstrap
+    assert prod_plan.named("monitoring-zabbix")["urn"] in prod_plan.named("monitoring-api-bootstrap")["dependencies"]
+
+
+def test_plain_http_only_with_the_lab_only_setting():
+    plan = evaluate(
+        "lab", lambda raw: raw.setdefault("monitoring", {}).setdefault("web", {}).update(insecurePlainHttpLabOnly=True)
+    )
+    assert plan.outputs["zabbixUrl"].startswith("http://")
+    assert "tlsCertsSecretName" not in values(plan)["zabbixWeb"]
+
+
+@pytest.mark.parametrize(
+    ("web", "message"),
+    [
+        ({"tlsSecretName": "site-cert"}, "tlsSecretName: only with ingressHost"),
+        ({"nodePort": None, "ingressHost": "zabbix.example.internal", "tlsSecretName": "site-cert"},
+         "set both"),
+    ],
+)  # fmt: skip
+def test_incomplete_site_certificate_is_refused(web, message):
+    raw = stack_doc("prod")
+    raw["monitoring"].setdefault("web", {}).update(web)
+    with pytest.raises(Exception) as err:
+        load(raw)
+    assert message in str(err.value)
+
+
+def test_ingress_with_the_sites_certificate_is_verified_with_the_sites_ca():
+    ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+
+    def mutate(raw):
+        raw["monitoring"]["web"] = {"nodePort": None, "ingressHost": "zabbix.ml.example.internal",
+                                    "tlsSecretName": "site-zabbix-cert", "caCert": ca}  # fmt: skip
+
+    plan = evaluate("prod", mutate)
+    assert values(plan)["ingress"]["tls"][0]["secretName"] == "site-zabbix-cert"
+    assert plan.outputs["zabbixCaCert"] == ca
+    assert not plan.by_type("tls:index/selfSignedCert:SelfSignedCert") or all(
+        "web-ca" not in r["name"] for r in plan.by_type("tls:index/selfSignedCert:SelfSignedCert")
+    )
 
 
 def test_ingress_instead_of_node_port():
@@ -139,6 +192,9 @@ def test_ingress_instead_of_node_port():
     ingress = values(plan)["ingress"]
     assert ingress["enabled"] and ingress["hosts"][0]["host"] == "zabbix.ml.example.internal"
     assert ingress["ingressClassName"] == "nginx"
+    assert ingress["tls"] == [{"hosts": ["zabbix.ml.example.internal"], "secretName": "zabbix-web-tls"}]
+    assert plan.named("monitoring-web-tls")["inputs"]["type"] == "kubernetes.io/tls"
+    assert plan.named("monitoring-web-csr")["inputs"]["dnsNames"] == ["zabbix.ml.example.internal"]
     assert plan.outputs["zabbixUrl"] == "https://zabbix.ml.example.internal"
     assert unknown_value_paths(values(plan), upstream_values("zabbix", "7.0.12"), skip=COMMENTED_UPSTREAM) == []
 
@@ -253,7 +309,7 @@ def test_thresholds_are_global_macros(prod_plan):
         r["inputs"]["spec"]["macro"]: r["inputs"]["spec"]["value"] for r in zabbix_objects(prod_plan, "GlobalMacro")
     }
     assert macros["{$GPU.TEMP.MAX}"] == "85" and macros["{$IB.ERRORS.MAX}"] == "10"
-    assert macros["{$ZABBIX.URL}"] == "http://10.20.0.10:31080"
+    assert macros["{$ZABBIX.URL}"] == "https://10.20.0.10:31080"
 
 
 def test_threshold_change_is_a_one_resource_update(prod_plan):
