@@ -252,7 +252,7 @@ def _in_netns(netns: str, work):
     return box.get("value")
 
 
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
+def pipe(src: socket.socket, dst: socket.socket) -> None:
     try:
         while data := src.recv(65536):
             dst.sendall(data)
@@ -277,7 +277,7 @@ def _forward(listener: socket.socket, target: tuple[str, int]) -> None:
             conn.close()
             continue
         for a, b in ((conn, upstream), (upstream, conn)):
-            threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+            threading.Thread(target=pipe, args=(a, b), daemon=True).start()
 
 
 @dataclass
