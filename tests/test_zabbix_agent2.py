@@ -113,6 +113,9 @@ def _host_with_active_item(api, name: str, psk: str) -> str:
                                "tags": []})  # fmt: skip
     hostid = KINDS["Host"].create(api, spec, {"tls_psk_identity": PSK_IDENTITY, "tls_psk": psk})
     api.item.create(hostid=hostid, name="agent hostname", key_="agent.hostname", type=7, value_type=1, delay="5s")
+    # The server reads new hosts into its configuration cache every 10 s (CacheUpdateFrequency); an
+    # agent that asks before then is refused and retries only a minute later.
+    time.sleep(12)
     return hostid
 
 

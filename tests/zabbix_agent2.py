@@ -31,6 +31,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -355,6 +356,11 @@ def run_agent2(
         path = root / directory.lstrip("/")
         path.mkdir(parents=True, exist_ok=True)
         os.chown(path, uid, gid)
+    dev_null = root / "dev" / "null"  # the container's /dev (agent 2 runs commands with stdin from it)
+    dev_null.parent.mkdir(exist_ok=True)
+    if not dev_null.exists():
+        os.mknod(dev_null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        os.chmod(dev_null, 0o666)
     etc_hosts = "127.0.0.1 localhost\n" + "".join(f"{ip} {name}\n" for name, ip in hosts.items())
     all_files = {CONFIG: File(config), "/etc/hosts": File(etc_hosts), **files}
     for path, spec in all_files.items():
