@@ -40,6 +40,7 @@ from components.remote import HostAccess, host_script
 from components.upgrades import NAMESPACE as UPGRADE_NAMESPACE
 from settings import CephfsBackup, Charts, EtcdSnapshots, MonitoringSettings, NasHost, NodeSettings
 from settings.monitoring import HOST_GROUPS, SEVERITIES, Channel
+from settings.storage import BACKUP_NAMESPACE  # where the backup Jobs write backup-status-<source>
 
 RELEASE = "zabbix"  # chart objects are "zabbix-zabbix-server", "zabbix-zabbix-agent", SA "zabbix"
 KSM_RELEASE = "zabbix-kube-state-metrics"  # the default {$KUBE.STATE.ENDPOINT.NAME} of the template
@@ -55,7 +56,6 @@ ZABBIX_FILES = Path(__file__).parent / "zabbix"
 TEMPLATES = ZABBIX_FILES / "templates"
 USERPARAMETERS = "zabbix-agent-userparameters"  # ConfigMap with components/zabbix/agent2-userparameters.conf
 USERPARAMETERS_DIR = "/etc/zabbix/zabbix_agentd.d"  # the directory the image's entrypoint includes
-BACKUP_NAMESPACE = "ml-backup"  # where the backup Jobs write ConfigMap backup-status-<source>
 LINUX_TEMPLATE = "Linux by Zabbix agent active"
 K8S_STATE_TEMPLATE = "Kubernetes cluster state by HTTP"
 GPU_TEMPLATE, IB_TEMPLATE = "ml-platform GPU by DCGM exporter", "ml-platform InfiniBand by sysfs"
