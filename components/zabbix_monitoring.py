@@ -676,7 +676,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             token = args.secrets.slack_bot_token
             media["slack"] = zbx.MediaType(
                 f"{name}-media-slack",
-                {"name": "Slack", "enabled": True, "parameters": {"slack_mode": "alarm"}},
+                media_type_spec("slack", alerting.mattermost_url),
                 connection,
                 pulumi.Output.secret(pulumi.Output.from_input(token).apply(lambda v: {"bot_token": v})),
                 opts=opts(),
@@ -685,11 +685,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             token = args.secrets.mattermost_bot_token
             media["mattermost"] = zbx.MediaType(
                 f"{name}-media-mattermost",
-                {
-                    "name": "Mattermost",
-                    "enabled": True,
-                    "parameters": {"mattermost_url": alerting.mattermost_url, "send_mode": "alarm"},
-                },
+                media_type_spec("mattermost", alerting.mattermost_url),
                 connection,
                 pulumi.Output.secret(pulumi.Output.from_input(token).apply(lambda v: {"bot_token": v})),
                 opts=opts(),
@@ -701,36 +697,46 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         """One channel: a user group that cannot log in, its user with the channel as media, and an
         action sending problems from the channel's host groups at or above its severity."""
         label = f"alerts-{channel.name}"
-        host_groups = channel.host_groups or list(HOST_GROUPS)
-        mediatype = MEDIA_TYPES[channel.type]
-        group = zbx.UserGroup(
-            f"{name}-{label}-group", {"name": label, "host_groups": host_groups}, connection, opts=opts(*deps)
-        )
-        user = zbx.User(
-            f"{name}-{label}-user",
-            {
-                "username": label,
-                "role": "User role",
-                "group": label,
-                "mediatype": mediatype,
-                "send_to": channel.send_to,
-                "severity": severity_mask(channel.min_severity),
-            },
-            connection,
-            opts=opts(group, *deps),
-        )
-        zbx.Action(
-            f"{name}-{label}-action",
-            {
-                "name": label,
-                "min_severity": severity_index(channel.min_severity),
-                "host_groups": host_groups,
-                "user_group": label,
-                "mediatype": mediatype,
-            },
-            connection,
-            opts=opts(group, user, *deps),
-        )
+        group_spec, user_spec, action_spec = channel_specs(channel)
+        group = zbx.UserGroup(f"{name}-{label}-group", group_spec, connection, opts=opts(*deps))
+        user = zbx.User(f"{name}-{label}-user", user_spec, connection, opts=opts(group, *deps))
+        zbx.Action(f"{name}-{label}-action", action_spec, connection, opts=opts(group, user, *deps))
+
+
+def media_type_spec(kind: str, mattermost_url: Optional[str]) -> dict[str, Any]:
+    """The preloaded webhook as the platform configures it (the bot token is a secret, set apart)."""
+    if kind == "slack":
+        return {"name": "Slack", "enabled": True, "parameters": {"slack_mode": "alarm"}}
+    return {
+        "name": "Mattermost",
+        "enabled": True,
+        "parameters": {"mattermost_url": mattermost_url, "send_mode": "alarm"},
+    }
+
+
+def channel_specs(channel: Channel) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A channel's user group (no UI login), user (the channel as its media) and action (problems from
+    the channel's host groups at or above its severity)."""
+    label = f"alerts-{channel.name}"
+    host_groups = channel.host_groups or list(HOST_GROUPS)
+    mediatype = MEDIA_TYPES[channel.type]
+    group = {"name": label, "host_groups": host_groups}
+    user = {
+        "username": label,
+        "role": "User role",
+        "group": label,
+        "mediatype": mediatype,
+        "send_to": channel.send_to,
+        "severity": severity_mask(channel.min_severity),
+    }
+    action = {
+        "name": label,
+        "min_severity": severity_index(channel.min_severity),
+        "host_groups": host_groups,
+        "user_group": label,
+        "mediatype": mediatype,
+    }
+    return group, user, action
 
 
 def _password(resource_name: str, opts: pulumi.ResourceOptions) -> pulumi.Output[str]:
