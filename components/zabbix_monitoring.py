@@ -221,21 +221,40 @@ ZABBIX_REQUESTS = {
 KSM_VALUES = {"resources": {"requests": {"cpu": "50m", "memory": "128Mi"}}}
 
 
+# Global macro -> (threshold setting, description). The templates' triggers read these macros, so a
+# threshold change is one object in Zabbix.
+THRESHOLD_MACROS = {
+    "{$GPU.TEMP.MAX}": ("gpu_temperature_celsius", "GPU temperature threshold (C)"),
+    "{$GPU.MEM.PUSED.MAX}": ("gpu_memory_used_percent", "GPU memory use threshold (%)"),
+    "{$IB.ERRORS.MAX}": ("ib_port_errors_per_hour", "InfiniBand port errors per hour threshold"),
+    "{$CEPH.POOL.PUSED.MAX}": ("ceph_pool_used_percent", "Ceph pool fill threshold (%)"),
+    "{$IB.RATE.MIN}": ("ib_min_rate_gbps", "InfiniBand rate below which a link is degraded (Gb/s)"),
+    "{$KUBE.NODE.CORDONED.MAX}": ("node_cordoned_max_minutes", "How long a node may stay cordoned"),
+    "{$CERT.EXPIRY.WARN}": ("certificate_expiry_days", "Certificate expiry warning (seconds)"),
+}
+# Host macros the platform sets per host from settings -> where their value comes from.
+HOST_MACRO_SOURCES = {
+    "{$GPU.COUNT.EXPECTED}": "nodes[].gpu.count",
+    "{$BACKUP.MAXAGE}": "storage.minio.backup.schedule interval + deadlineSeconds",
+    "{$ETCD.SNAPSHOT.MAXAGE}": "cluster.etcdSnapshots.scheduleCron interval + thresholds.etcdSnapshotMarginMinutes",
+    "{$CERT.ENDPOINTS}": "node and NAS addresses (kubelet, API server, supervisor, MinIO)",
+}
+
+
 def global_macros(mon: MonitoringSettings, url: str) -> dict[str, tuple[str, str]]:
     """Macro -> (value, description): the thresholds the templates' triggers read, and the UI URL the
     Slack and Mattermost webhooks link back to."""
     t = mon.thresholds
-    values = {
-        "{$GPU.TEMP.MAX}": (t.gpu_temperature_celsius, "GPU temperature threshold (C)"),
-        "{$GPU.MEM.PUSED.MAX}": (t.gpu_memory_used_percent, "GPU memory use threshold (%)"),
-        "{$IB.ERRORS.MAX}": (t.ib_port_errors_per_hour, "InfiniBand port errors per hour threshold"),
-        "{$CEPH.POOL.PUSED.MAX}": (t.ceph_pool_used_percent, "Ceph pool fill threshold (%)"),
-        "{$IB.RATE.MIN}": (t.ib_min_rate_gbps, "InfiniBand rate below which a link is degraded (Gb/s)"),
-        "{$KUBE.NODE.CORDONED.MAX}": (f"{t.node_cordoned_max_minutes}m", "How long a node may stay cordoned"),
-        "{$CERT.EXPIRY.WARN}": (t.certificate_expiry_days * 86400, "Certificate expiry warning (seconds)"),
-        "{$ZABBIX.URL}": (url, "Zabbix web UI URL"),
-    }
-    return {macro: (str(value), text) for macro, (value, text) in values.items()}
+    values: dict[str, tuple[str, str]] = {}
+    for macro, (field, text) in THRESHOLD_MACROS.items():
+        value = getattr(t, field)
+        if field == "node_cordoned_max_minutes":
+            value = f"{value}m"
+        elif field == "certificate_expiry_days":
+            value = value * 86400
+        values[macro] = (str(value), text)
+    values["{$ZABBIX.URL}"] = (url, "Zabbix web UI URL")
+    return values
 
 
 def web_tls_secret(mon: MonitoringSettings) -> Optional[str]:
