@@ -268,7 +268,7 @@ def test_node_not_ready_fires_and_resolves(api):
     nodes = {"gpu-01": 1, "cpu-02": 0}
 
     def feed():
-        push(api, name, "kube.state.metrics", kube_state(nodes, {}, {}))
+        push(api, name, "ml.kube.state.metrics", kube_state(nodes, {}, {}))
 
     assert wait_for(api, hostid, "NotReady", PROBLEM, feed=feed) == "Node cpu-02 NotReady"
     assert triggers(api, hostid)["Node gpu-01 NotReady"]["value"] == OK
@@ -281,17 +281,17 @@ def test_node_cordoned_longer_than_the_threshold(api):
     name, hostid = host(api, [KUBE_TEMPLATE], {"{$KUBE.NODE.CORDONED.MAX}": "1m"})
     now = int(time.time())
     ready = {"cpu-05": 1}
-    push(api, name, "kube.state.metrics", kube_state(ready, {"cpu-05": 0}, {}), clock=now - 300)
-    wait_for(api, hostid, "cordoned", OK, feed=lambda: push(api, name, "kube.state.metrics",
+    push(api, name, "ml.kube.state.metrics", kube_state(ready, {"cpu-05": 0}, {}), clock=now - 300)
+    wait_for(api, hostid, "cordoned", OK, feed=lambda: push(api, name, "ml.kube.state.metrics",
                                                              kube_state(ready, {"cpu-05": 0}, {})))  # fmt: skip
-    push(api, name, "kube.state.metrics", kube_state(ready, {"cpu-05": 1}, {}))  # just cordoned: no alert yet
+    push(api, name, "ml.kube.state.metrics", kube_state(ready, {"cpu-05": 1}, {}))  # just cordoned: no alert yet
     time.sleep(5)
     assert triggers(api, hostid)["Node cpu-05 cordoned for more than 1m"]["value"] == OK
     cordoned = kube_state(ready, {"cpu-05": 1}, {})
     fired = wait_for(api, hostid, "cordoned", PROBLEM, timeout=150,
-                     feed=lambda: push(api, name, "kube.state.metrics", cordoned))  # fmt: skip
+                     feed=lambda: push(api, name, "ml.kube.state.metrics", cordoned))  # fmt: skip
     assert fired == "Node cpu-05 cordoned for more than 1m"
-    wait_for(api, hostid, "cordoned", OK, feed=lambda: push(api, name, "kube.state.metrics",
+    wait_for(api, hostid, "cordoned", OK, feed=lambda: push(api, name, "ml.kube.state.metrics",
                                                              kube_state(ready, {"cpu-05": 0}, {})))  # fmt: skip
 
 
@@ -301,7 +301,7 @@ def test_failed_job_in_the_upgrade_namespace_only(api):
     jobs = {"ml-backup/backup-datasets-1": 1, "system-upgrade/apply-agent-plan-on-gpu-01": 0}
 
     def feed():
-        push(api, name, "kube.state.metrics", kube_state(ready, {}, jobs))
+        push(api, name, "ml.kube.state.metrics", kube_state(ready, {}, jobs))
 
     wait_for(api, hostid, "failed Job", OK, feed=feed)  # a failed Job elsewhere is not an upgrade failure
     jobs["system-upgrade/apply-agent-plan-on-gpu-01"] = 1
@@ -334,7 +334,7 @@ def test_backup_too_old_for_its_schedule_and_failed_run(api):
     }  # fmt: skip
 
     def feed():
-        push(api, name, "kube.backup.status", backup_configmaps(statuses))
+        push(api, name, "ml.kube.backup.status", backup_configmaps(statuses))
 
     old = wait_for(api, hostid, "results: no successful run", PROBLEM, feed=feed)
     assert old == f"Backup results: no successful run for more than {limit}s"
@@ -348,7 +348,7 @@ def test_backup_too_old_for_its_schedule_and_failed_run(api):
 def test_a_backup_source_that_never_ran_is_too_old(api):
     name, hostid = host(api, [KUBE_TEMPLATE], {"{$BACKUP.SOURCES}": "checkpoints"})
     fired = wait_for(api, hostid, "checkpoints: no successful run", PROBLEM,
-                     feed=lambda: push(api, name, "kube.backup.status", backup_configmaps({})))  # fmt: skip
+                     feed=lambda: push(api, name, "ml.kube.backup.status", backup_configmaps({})))  # fmt: skip
     assert fired.startswith("Backup checkpoints: no successful run")
 
 
@@ -371,7 +371,20 @@ def test_etcd_snapshot_too_old_fires_and_resolves(api):
     name, hostid = host(api, [KUBE_TEMPLATE], {"{$ETCD.SNAPSHOT.MAXAGE}": "7200"})
     old = etcd_snapshots([9000, 30000])
     fired = wait_for(api, hostid, "etcd: newest snapshot", PROBLEM,
-                     feed=lambda: push(api, name, "kube.etcd.snapshot.last", old))  # fmt: skip
+                     feed=lambda: push(api, name, "ml.kube.etcd.snapshot.last", old))  # fmt: skip
     assert fired == "etcd: newest snapshot older than 7200s"
     wait_for(api, hostid, "etcd: newest snapshot", OK,
-             feed=lambda: push(api, name, "kube.etcd.snapshot.last", etcd_snapshots([600, 9000])))  # fmt: skip
+             feed=lambda: push(api, name, "ml.kube.etcd.snapshot.last", etcd_snapshots([600, 9000])))  # fmt: skip
+
+
+@pytest.mark.parametrize("role", ["gpu", "cpu", "nas", "kubernetes"])
+def test_every_host_links_its_templates_together(api, prod_plan, role):
+    """The templates a host gets (official and ours) link together: no item key twice."""
+    specs = [r["inputs"]["spec"] for r in prod_plan.by_type("pulumi-python:dynamic/zabbix:Host")]
+    if role == "kubernetes":
+        spec = next(s for s in specs if s["host"].endswith("-kubernetes"))
+    else:
+        spec = next(s for s in specs if {"tag": "role", "value": role} in s["tags"])
+    hostid = host(api, spec["templates"], {})[1]
+    linked = api.host.get(hostids=[hostid], selectParentTemplates=["host"])[0]["parentTemplates"]
+    assert sorted(t["host"] for t in linked) == sorted(spec["templates"])
