@@ -87,6 +87,7 @@ class CephTier(pulumi.ComponentResource):
         if not hosts:
             # No node has osdDevices: this environment has no tier 2 (settings allow that).
             self.storage_classes, self.namespace = {}, ""
+            self.storage_class_release: Optional[pulumi.Resource] = None
             self.register_outputs({"storageClasses": {}, "namespace": "", "faultTolerance": self.fault_tolerance})
             return
 
@@ -137,7 +138,8 @@ class CephTier(pulumi.ComponentResource):
             depends_on=[operator, namespace],
             opts=PROTECTED,
         )
-        release(
+        # The release that creates the tier-2 StorageClasses: what claims on them wait for.
+        self.storage_class_release = release(
             f"{name}-cluster",
             args.charts.rook_ceph_cluster,
             release_name=CLUSTER_RELEASE,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 import pulumi
@@ -49,6 +50,8 @@ RKE2_CONTAINERD_CONFIG = "/var/lib/rancher/rke2/agent/etc/containerd/config.toml
 # the nvidia runtimes itself when it finds the toolkit's binaries at start, so the runtime survives
 # RKE2 rewriting config.toml either way.
 RKE2_CONTAINERD_DROP_IN = "/var/lib/rancher/rke2/agent/etc/containerd/config-v3.toml.d/99-nvidia.toml"
+DCGM_METRICS_CONFIG = "dcgm-exporter-metrics"
+DCGM_METRICS = Path(__file__).parent / "zabbix" / "dcgm-metrics.csv"
 RUNTIME_CLASS = "nvidia"
 DEVICE_PLUGIN_CONFIG = "device-plugin-config"
 DEVICE_PLUGIN_CONFIG_KEY = "time-slicing"
@@ -216,7 +219,14 @@ def gpu_operator_values(gpu: GpuSettings, deploy_nfd: bool = True) -> dict[str, 
         },
         # Host network: Zabbix scrapes each GPU node's exporter at <node address>:9400 (the
         # exporter's ClusterIP Service would answer from a random node).
-        "dcgmExporter": {"enabled": True, "hostNetwork": True, "serviceMonitor": {"enabled": False}},
+        # The counters file adds the ECC and NVLink error counters the monitoring's GPU template
+        # alerts on (the exporter's defaults leave them out).
+        "dcgmExporter": {
+            "enabled": True,
+            "hostNetwork": True,
+            "serviceMonitor": {"enabled": False},
+            "config": {"name": DCGM_METRICS_CONFIG, "create": True, "data": DCGM_METRICS.read_text()},
+        },
         "nfd": {"enabled": deploy_nfd},
     }
     if deploy_nfd:

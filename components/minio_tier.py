@@ -18,6 +18,9 @@ The erasure layout (`settings.erasure`) gives the honest fault-tolerance outputs
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -98,6 +101,21 @@ class MinioTierArgs:
     team_namespaces: Mapping[str, pulumi.Resource] = field(default_factory=dict)  # by name, the teams' component's
 
 
+def prometheus_bearer_token(access_key: str, secret_key: str) -> str:
+    """The bearer token MinIO accepts on its metrics endpoints, as `mc admin prometheus generate` makes
+    it: a JWT signed HS512 with the secret key, subject the access key, issuer "prometheus". The
+    expiry is a fixed date (2100-01-01) so that a re-run changes nothing."""
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    header = b64(json.dumps({"alg": "HS512", "typ": "JWT"}, separators=(",", ":")).encode())
+    claims = {"exp": 4102444800, "iss": "prometheus", "sub": access_key}
+    payload = b64(json.dumps(claims, separators=(",", ":")).encode())
+    signature = hmac.new(secret_key.encode(), f"{header}.{payload}".encode(), hashlib.sha512).digest()
+    return f"{header}.{payload}.{b64(signature)}"
+
+
 def endpoint(minio: MinioSettings, nas: NasSettings) -> str:
     """host:port clients use."""
     return f"{minio.endpoint or nas.hosts[0].address}:{minio.port}"
@@ -172,6 +190,7 @@ class MinioTier(pulumi.ComponentResource):
         self.usable_fraction = round(layout.usable_fraction, 4) if layout else 0.0
         self.ca_cert = pulumi.Output.from_input("")
         self.restore_credentials = pulumi.Output.secret({})
+        self.metrics_token: Optional[pulumi.Output[str]] = None
         if layout is not None and args.nas.hosts:
             self._build(name, args, layout)
         self.register_outputs({"caCert": self.ca_cert, "restoreCredentials": self.restore_credentials})
@@ -183,6 +202,10 @@ class MinioTier(pulumi.ComponentResource):
         self.ca_cert = ca.cert_pem
         root_user = random.RandomPassword(f"{name}-root-user", length=20, special=False, opts=child).result
         root_password = random.RandomPassword(f"{name}-root-password", length=40, special=False, opts=child).result
+        # What `mc admin prometheus generate` prints, for the monitoring's /minio/v2/metrics items.
+        self.metrics_token = pulumi.Output.secret(
+            pulumi.Output.all(root_user, root_password).apply(lambda v: prometheus_bearer_token(v[0], v[1]))
+        )
         stdin = _stdin(
             ROOT_USER=root_user,
             ROOT_PASSWORD=root_password,

@@ -30,14 +30,17 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
+import pulumi_tls as tls
 import yaml
 
 from components import zabbix_objects as zbx
 from components.helm import release
 from components.namespaces import platform_namespace
 from components.remote import HostAccess, host_script
-from settings import Charts, MonitoringSettings, NasHost, NodeSettings
+from components.upgrades import NAMESPACE as UPGRADE_NAMESPACE
+from settings import CephfsBackup, Charts, EtcdSnapshots, MonitoringSettings, NasHost, NodeSettings
 from settings.monitoring import HOST_GROUPS, SEVERITIES, Channel
+from settings.storage import BACKUP_NAMESPACE  # where the backup Jobs write backup-status-<source>
 
 RELEASE = "zabbix"  # chart objects are "zabbix-zabbix-server", "zabbix-zabbix-agent", SA "zabbix"
 KSM_RELEASE = "zabbix-kube-state-metrics"  # the default {$KUBE.STATE.ENDPOINT.NAME} of the template
@@ -45,13 +48,19 @@ SERVICE_ACCOUNT = "zabbix"
 TOKEN_SECRET = "zabbix-api-token"
 DB_SECRET = "zabbix-db-access"
 PSK_SECRET = "zabbix-agent-psk"
+WEB_TLS_SECRET = "zabbix-web-tls"  # the web UI's certificate when the program issues it
 PSK_IDENTITY = "ml-platform-agent"
 PSK_DIR = "/var/lib/zabbix/enc"  # the zabbix-agent2 image's directory for TLS files
-TEMPLATES = Path(__file__).parent / "zabbix" / "templates"
+AGENT_GROUP = 1995  # the zabbix group of the zabbix/zabbix-agent2 image (its user is uid 1997)
+ZABBIX_FILES = Path(__file__).parent / "zabbix"
+TEMPLATES = ZABBIX_FILES / "templates"
+USERPARAMETERS = "zabbix-agent-userparameters"  # ConfigMap with components/zabbix/agent2-userparameters.conf
+USERPARAMETERS_DIR = "/etc/zabbix/zabbix_agentd.d"  # the directory the image's entrypoint includes
 LINUX_TEMPLATE = "Linux by Zabbix agent active"
 K8S_STATE_TEMPLATE = "Kubernetes cluster state by HTTP"
 GPU_TEMPLATE, IB_TEMPLATE = "ml-platform GPU by DCGM exporter", "ml-platform InfiniBand by sysfs"
 CEPH_TEMPLATE, MINIO_TEMPLATE = "ml-platform Ceph by mgr Prometheus", "ml-platform MinIO by HTTP"
+KUBE_TEMPLATE, CERT_TEMPLATE = "ml-platform Kubernetes platform state", "ml-platform TLS certificates by agent 2"
 MEDIA_TYPES = {"slack": "Slack", "mattermost": "Mattermost"}
 
 
@@ -63,6 +72,7 @@ class ZabbixSecrets:
     agent_psk: Optional[pulumi.Output[str]] = None
     slack_bot_token: Optional[pulumi.Output[str]] = None
     mattermost_bot_token: Optional[pulumi.Output[str]] = None
+    minio_metrics_token: Optional[pulumi.Output[str]] = None  # bearer token of /minio/v2/metrics
 
 
 @dataclass(frozen=True)
@@ -79,12 +89,18 @@ class ZabbixMonitoringArgs:
     block_storage_class: Optional[str]
     ceph_namespace: Optional[str]
     secrets: ZabbixSecrets = ZabbixSecrets()
+    storage_ready: Sequence[pulumi.Resource] = ()  # what creates block_storage_class (the database claims it)
+    backup: CephfsBackup = CephfsBackup()
+    etcd_snapshots: EtcdSnapshots = EtcdSnapshots()
+    minio_port: int = 9000
 
 
 def web_url(mon: MonitoringSettings, api_endpoint: str) -> str:
+    """HTTPS, except where the lab-only setting asks for plain HTTP."""
+    scheme = "http" if mon.web.insecure_plain_http_lab_only else "https"
     if mon.web.ingress_host:
-        return f"https://{mon.web.ingress_host}"
-    return f"http://{api_endpoint}:{mon.web.node_port}"
+        return f"{scheme}://{mon.web.ingress_host}"
+    return f"{scheme}://{api_endpoint}:{mon.web.node_port}"
 
 
 def severity_index(name: str) -> int:
@@ -107,7 +123,77 @@ def node_groups(node: NodeSettings) -> list[str]:
 
 
 def node_templates(node: NodeSettings) -> list[str]:
-    return [LINUX_TEMPLATE, GPU_TEMPLATE, IB_TEMPLATE] if node.role == "gpu" else [LINUX_TEMPLATE]
+    templates = [LINUX_TEMPLATE, CERT_TEMPLATE]
+    if node.role == "gpu":
+        templates.append(GPU_TEMPLATE)
+    if node.infiniband:
+        templates.append(IB_TEMPLATE)
+    return templates
+
+
+def node_macros(node: NodeSettings, extra_endpoints: Sequence[str] = ()) -> list[dict[str, str]]:
+    """Host macros from the inventory: the GPUs the node must have, the certificates it serves
+    (kubelet; API server and RKE2 supervisor on control-plane nodes)."""
+    endpoints = [f"{node.address}:10250"]
+    if node.control_plane:
+        endpoints += [f"{node.address}:6443", f"{node.address}:9345"]
+    macros = [{"macro": "{$CERT.ENDPOINTS}", "value": ",".join([*endpoints, *extra_endpoints])}]
+    if node.gpu:
+        macros.append({"macro": "{$GPU.COUNT.EXPECTED}", "value": str(node.gpu.count)})
+    return macros
+
+
+def cron_interval_seconds(expression: str) -> int:
+    """The longest gap between two runs of a 5-field cron schedule (minute hour day month weekday,
+    with `*`, `*/n`, `a-b`, `a-b/n` and lists), found by walking a leap-free 4-week span minute by
+    minute from a Monday: "30 1 * * *" -> 86400, "0 */6 * * *" -> 21600."""
+    import datetime as dt
+
+    fields = expression.split()
+    if len(fields) != 5:
+        raise ValueError(f"not a 5-field cron schedule: {expression!r}")
+    ranges = [(0, 59), (0, 23), (1, 31), (1, 12), (0, 6)]
+    allowed = [_cron_field(f, lo, hi) for f, (lo, hi) in zip(fields, ranges, strict=True)]
+    start = dt.datetime(2029, 1, 1)  # a Monday
+    runs = []
+    for minute in range(28 * 24 * 60 + 1):
+        t = start + dt.timedelta(minutes=minute)
+        dom, dow = t.day in allowed[2], t.isoweekday() % 7 in allowed[4]
+        # cron: when both day fields are restricted, either one matching is enough
+        day_ok = (dom or dow) if "*" not in (fields[2], fields[4]) else (dom and dow)
+        if t.minute in allowed[0] and t.hour in allowed[1] and t.month in allowed[3] and day_ok:
+            runs.append(minute)
+    if len(runs) < 2:
+        raise ValueError(f"cron schedule {expression!r} runs less than twice in four weeks")
+    return max(b - a for a, b in zip(runs, runs[1:], strict=False)) * 60
+
+
+def _cron_field(field: str, lo: int, hi: int) -> set[int]:
+    values: set[int] = set()
+    for part in field.split(","):
+        base, _, step = part.partition("/")
+        first, last = (lo, hi) if base == "*" else (int(base.split("-")[0]), int(base.split("-")[-1]))
+        values.update(range(first, last + 1, int(step) if step else 1))
+    return {0 if hi == 6 and v == 7 else v for v in values}  # weekday 7 is Sunday too
+
+
+def kubernetes_macros(args: ZabbixMonitoringArgs) -> list[dict[str, str]]:
+    """Host macros of the Kubernetes host: where kube-state-metrics is, which backup sources exist and
+    how old their last success and RKE2's newest etcd snapshot may be (schedule interval + margin)."""
+    mon, backup = args.monitoring, args.backup
+    sources = [s.name for s in backup.sources]
+    backup_max_age = cron_interval_seconds(backup.schedule) + backup.deadline_seconds
+    etcd_margin = 60 * mon.thresholds.etcd_snapshot_margin_minutes
+    etcd_max_age = cron_interval_seconds(args.etcd_snapshots.schedule_cron) + etcd_margin
+    macros = [
+        {"macro": "{$KUBE.STATE.URL}", "value": f"http://{KSM_RELEASE}.{mon.namespace}.svc:8080/metrics"},
+        {"macro": "{$KUBE.UPGRADE.NAMESPACE}", "value": UPGRADE_NAMESPACE},
+        {"macro": "{$BACKUP.NAMESPACE}", "value": BACKUP_NAMESPACE},
+        {"macro": "{$BACKUP.SOURCES}", "value": ",".join(sources)},
+        {"macro": "{$ETCD.SNAPSHOT.MAXAGE}", "value": str(etcd_max_age)},
+    ]
+    macros += [{"macro": f'{{$BACKUP.MAXAGE:"{name}"}}', "value": str(backup_max_age)} for name in sources]
+    return macros
 
 
 def node_tags(node: NodeSettings) -> list[dict[str, str]]:
@@ -135,9 +221,59 @@ ZABBIX_REQUESTS = {
 KSM_VALUES = {"resources": {"requests": {"cpu": "50m", "memory": "128Mi"}}}
 
 
+# Global macro -> (threshold setting, description). The templates' triggers read these macros, so a
+# threshold change is one object in Zabbix.
+THRESHOLD_MACROS = {
+    "{$GPU.TEMP.MAX}": ("gpu_temperature_celsius", "GPU temperature threshold (C)"),
+    "{$GPU.MEM.PUSED.MAX}": ("gpu_memory_used_percent", "GPU memory use threshold (%)"),
+    "{$IB.ERRORS.MAX}": ("ib_port_errors_per_hour", "InfiniBand port errors per hour threshold"),
+    "{$CEPH.POOL.PUSED.MAX}": ("ceph_pool_used_percent", "Ceph pool fill threshold (%)"),
+    "{$IB.RATE.MIN}": ("ib_min_rate_gbps", "InfiniBand rate below which a link is degraded (Gb/s)"),
+    "{$KUBE.NODE.CORDONED.MAX}": ("node_cordoned_max_minutes", "How long a node may stay cordoned"),
+    "{$CERT.EXPIRY.WARN}": ("certificate_expiry_days", "Certificate expiry warning (seconds)"),
+}
+# Host macros the platform sets per host from settings -> where their value comes from.
+HOST_MACRO_SOURCES = {
+    "{$GPU.COUNT.EXPECTED}": "nodes[].gpu.count",
+    "{$BACKUP.MAXAGE}": "storage.minio.backup.schedule interval + deadlineSeconds",
+    "{$ETCD.SNAPSHOT.MAXAGE}": "cluster.etcdSnapshots.scheduleCron interval + thresholds.etcdSnapshotMarginMinutes",
+    "{$CERT.ENDPOINTS}": "node and NAS addresses (kubelet, API server, supervisor, MinIO)",
+}
+
+
+def global_macros(mon: MonitoringSettings, url: str) -> dict[str, tuple[str, str]]:
+    """Macro -> (value, description): the thresholds the templates' triggers read, and the UI URL the
+    Slack and Mattermost webhooks link back to."""
+    t = mon.thresholds
+    values: dict[str, tuple[str, str]] = {}
+    for macro, (field, text) in THRESHOLD_MACROS.items():
+        value = getattr(t, field)
+        if field == "node_cordoned_max_minutes":
+            value = f"{value}m"
+        elif field == "certificate_expiry_days":
+            value = value * 86400
+        values[macro] = (str(value), text)
+    values["{$ZABBIX.URL}"] = (url, "Zabbix web UI URL")
+    return values
+
+
+def web_tls_secret(mon: MonitoringSettings) -> Optional[str]:
+    """The Secret with the web UI's certificate: the site's (ingress), the program's, or none (lab HTTP)."""
+    if mon.web.insecure_plain_http_lab_only:
+        return None
+    return mon.web.tls_secret_name or WEB_TLS_SECRET
+
+
 def chart_values(mon: MonitoringSettings, block_storage_class: Optional[str]) -> dict[str, Any]:
     """Values for the community zabbix chart (checked against its values.yaml in the tests)."""
     web_service: dict[str, Any] = {"type": "NodePort", "nodePort": mon.web.node_port} if mon.web.node_port else {}
+    https_pod = mon.web.node_port is not None and not mon.web.insecure_plain_http_lab_only
+    web: dict[str, Any] = {"service": web_service} if web_service else {}
+    if https_pod:
+        # The NodePort serves HTTPS from the pod: the image's nginx listens on 8443 with TLS when
+        # /etc/ssl/nginx holds ssl.crt, ssl.key and dhparam.pem (the chart's tlsCertsSecretName).
+        probe = {"httpGet": {"path": "/ping", "port": "zabbix-web", "scheme": "HTTPS"}}
+        web.update(port=8443, tlsCertsSecretName=WEB_TLS_SECRET, livenessProbe=probe, readinessProbe=probe)
     values: dict[str, Any] = {
         "zabbixImageTag": mon.image_tag,
         # Credentials from our own Secret (random password), never the chart's literal zabbix/zabbix.
@@ -152,28 +288,55 @@ def chart_values(mon: MonitoringSettings, block_storage_class: Optional[str]) ->
             # Active agents on the NAS hosts reach the trapper port through this NodePort.
             "service": {"type": "NodePort", "nodePort": mon.server_node_port},
         },
-        "zabbixWeb": {"service": web_service} if web_service else {},
+        "zabbixWeb": web,
         "zabbixAgent": {
             "runAsSidecar": False,
             "runAsDaemonSet": True,
             "hostNetwork": True,
             "hostRootFsMount": True,
-            "ZBX_SERVER_HOST": f"{RELEASE}-zabbix-server",
-            "ZBX_PASSIVE_ALLOW": False,  # the templates use active checks only: no listening agent
+            # The image's entrypoint makes this both `Server` (passive peers) and `ServerActive`
+            # (`host:ZBX_SERVER_PORT`); ZBX_ACTIVESERVERS would be appended to the latter, so naming
+            # the server there too opens a second session that collects every item twice.
+            "ZBX_SERVER_HOST": f"{RELEASE}-zabbix-server.{mon.namespace}.svc",
+            "ZBX_SERVER_PORT": 10051,
+            # Passive on: without `Server` agent 2 listens on no port, and the chart's liveness and
+            # startup probes (tcpSocket on 10050) restart the pod forever. Passive requests are still
+            # refused from anyone but the server's Service address and need the PSK; the templates
+            # use active checks.
+            "ZBX_PASSIVE_ALLOW": True,
             "ZBX_ACTIVE_ALLOW": True,
-            "ZBX_ACTIVESERVERS": f"{RELEASE}-zabbix-server.{mon.namespace}.svc:10051",
             "extraEnv": [
                 {"name": "ZBX_TLSCONNECT", "value": "psk"},
                 {"name": "ZBX_TLSACCEPT", "value": "psk"},
                 {"name": "ZBX_TLSPSKIDENTITY", "value": PSK_IDENTITY},
                 {"name": "ZBX_TLSPSKFILE", "value": f"{PSK_DIR}/psk"},
             ],
-            "extraVolumes": [{"name": "psk", "secret": {"secretName": PSK_SECRET, "defaultMode": 0o400}}],
-            "extraVolumeMounts": [{"name": "psk", "mountPath": PSK_DIR, "readOnly": True}],
+            # The image runs as uid 1997, group 1995 (zabbix-docker's agent2 Dockerfile). A Secret
+            # volume is root-owned; with an fsGroup the kubelet gives its files that group and
+            # mode|0440, so the agent reads the PSK through its own group and nobody else can.
+            "extraVolumes": [
+                {"name": "psk", "secret": {"secretName": PSK_SECRET, "defaultMode": 0o440}},
+                {"name": "userparameters", "configMap": {"name": USERPARAMETERS}},
+            ],
+            "extraVolumeMounts": [
+                {"name": "psk", "mountPath": PSK_DIR, "readOnly": True},
+                {"name": "userparameters", "mountPath": USERPARAMETERS_DIR, "readOnly": True},
+            ],
             # Every node, whatever its taints (GPU, control plane, cordoned): on the agent pod only.
             # The chart's top-level `tolerations` would also put server, web and database on GPU nodes.
-            "extraPodSpecs": {"tolerations": [{"operator": "Exists"}]},
+            "extraPodSpecs": {
+                "tolerations": [{"operator": "Exists"}],
+                "securityContext": {"fsGroup": AGENT_GROUP},
+            },
         },
+    }
+    # The Kubernetes host's template reads the backup status ConfigMaps and RKE2's etcd snapshot list
+    # (read-only; the chart's ClusterRole has neither).
+    values["rbac"] = {
+        "additionalRulesForClusterRole": [
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]},
+            {"apiGroups": ["k3s.cattle.io"], "resources": ["etcdsnapshotfiles"], "verbs": ["get", "list"]},
+        ]
     }
     if block_storage_class:
         values["postgresql"]["persistence"]["storageClass"] = block_storage_class
@@ -188,6 +351,8 @@ def chart_values(mon: MonitoringSettings, block_storage_class: Optional[str]) ->
         }
         if mon.web.ingress_class_name:
             ingress["ingressClassName"] = mon.web.ingress_class_name
+        if web_tls_secret(mon):
+            ingress["tls"] = [{"hosts": [mon.web.ingress_host], "secretName": web_tls_secret(mon)}]
         values["ingress"] = ingress
     return values
 
@@ -207,6 +372,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
     api_user: str
     api_token: pulumi.Output[str]
     admin_password: pulumi.Output[str]
+    ca_cert: pulumi.Output[str]  # PEM the web UI's certificate chains to ("" with plain HTTP)
     monitored_hosts: list[str]
 
     def __init__(self, name: str, args: ZabbixMonitoringArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
@@ -222,20 +388,25 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             random.RandomBytes(f"{name}-agent-psk", length=32, opts=child).hex
         )
 
+        self.ca_cert = pulumi.Output.from_input(mon.web.ca_cert or "")
         chart = self._cluster_half(name, args, psk)
         self._nas_agents(name, args, psk)
+        ca = self.ca_cert.apply(lambda pem: pem or None)
         bootstrap = zbx.ZabbixBootstrap(
             f"{name}-api-bootstrap",
             url=f"{self.url}/api_jsonrpc.php",
             api_user=mon.api_user,
             admin_password=self.admin_password,
             api_password=api_password,
+            ca=ca,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[chart]),
         )
         self.api_token = bootstrap.token
-        connection = pulumi.Output.secret({"url": f"{self.url}/api_jsonrpc.php", "token": bootstrap.token})
+        connection = pulumi.Output.secret({"url": f"{self.url}/api_jsonrpc.php", "token": bootstrap.token, "ca": ca})
         self.monitored_hosts = self._api_objects(name, args, connection, psk)
-        self.register_outputs({"url": self.url, "apiUser": self.api_user, "monitoredHosts": self.monitored_hosts})
+        self.register_outputs(
+            {"url": self.url, "apiUser": self.api_user, "caCert": self.ca_cert, "monitoredHosts": self.monitored_hosts}
+        )
 
     # ------------------------------------------------------------------------------------------ cluster
     def _cluster_half(self, name: str, args: ZabbixMonitoringArgs, psk: pulumi.Output[str]) -> pulumi.Resource:
@@ -281,6 +452,13 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             parent=self,
             depends_on=[namespace],
         )
+        web_tls = self._web_certificate(name, args, in_ns)
+        userparameters = k8s.core.v1.ConfigMap(
+            f"{name}-agent-userparameters",
+            metadata={"name": USERPARAMETERS, "namespace": ns},
+            data={"ml-platform.conf": (ZABBIX_FILES / "agent2-userparameters.conf").read_text()},
+            opts=in_ns,
+        )
         chart = release(
             f"{name}-zabbix",
             args.charts.zabbix,
@@ -289,7 +467,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             values=chart_values(mon, args.block_storage_class),
             provider=args.provider,
             parent=self,
-            depends_on=[namespace, db_secret, psk_secret, ksm],
+            depends_on=[namespace, db_secret, psk_secret, userparameters, ksm, *web_tls, *args.storage_ready],
         )
         # Kubernetes >= 1.24 creates no token for a service account: the K8s templates' {$KUBE.API.TOKEN}
         # comes from this Secret, which the token controller fills in.
@@ -304,6 +482,61 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(depends_on=[chart])),
         )
         return chart
+
+    def _web_certificate(self, name: str, args: ZabbixMonitoringArgs, opts: pulumi.ResourceOptions) -> list:
+        """The web UI's certificate, issued by the program's own CA, in the Secret the web pod (NodePort:
+        ssl.crt, ssl.key, dhparam.pem) or the Ingress (tls.crt, tls.key) reads. Nothing when the site
+        gives its own (tlsSecretName) or the lab runs plain HTTP. Sets `ca_cert`."""
+        mon = args.monitoring
+        if mon.web.insecure_plain_http_lab_only or mon.web.tls_secret_name:
+            return []
+        child = pulumi.ResourceOptions(parent=self)
+        ca_key = tls.PrivateKey(f"{name}-web-ca-key", algorithm="ECDSA", ecdsa_curve="P384", opts=child)
+        ca = tls.SelfSignedCert(
+            f"{name}-web-ca",
+            private_key_pem=ca_key.private_key_pem,
+            is_ca_certificate=True,
+            validity_period_hours=10 * 365 * 24,
+            allowed_uses=["cert_signing", "crl_signing"],
+            subject=tls.SelfSignedCertSubjectArgs(common_name="ml-platform Zabbix web CA"),
+            opts=child,
+        )
+        key = tls.PrivateKey(f"{name}-web-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
+        host = mon.web.ingress_host or args.api_endpoint
+        is_ip = all(part.isdigit() for part in host.split("."))
+        request = tls.CertRequest(
+            f"{name}-web-csr",
+            private_key_pem=key.private_key_pem,
+            subject=tls.CertRequestSubjectArgs(common_name=host),
+            dns_names=[] if is_ip else [host],
+            ip_addresses=[host] if is_ip else [],
+            opts=child,
+        )
+        cert = tls.LocallySignedCert(
+            f"{name}-web-cert",
+            cert_request_pem=request.cert_request_pem,
+            ca_private_key_pem=ca_key.private_key_pem,
+            ca_cert_pem=ca.cert_pem,
+            validity_period_hours=2 * 365 * 24,
+            early_renewal_hours=60 * 24,  # a `pulumi up` in the last 60 days renews it
+            allowed_uses=["digital_signature", "key_encipherment", "server_auth"],
+            opts=child,
+        )
+        self.ca_cert = ca.cert_pem
+        if mon.web.ingress_host:
+            data: dict[str, Any] = {"tls.crt": cert.cert_pem, "tls.key": key.private_key_pem}
+            kind = "kubernetes.io/tls"
+        else:
+            dhparam = (ZABBIX_FILES / "ffdhe2048.pem").read_text()
+            data, kind = {"ssl.crt": cert.cert_pem, "ssl.key": key.private_key_pem, "dhparam.pem": dhparam}, "Opaque"
+        secret = k8s.core.v1.Secret(
+            f"{name}-web-tls",
+            metadata={"name": WEB_TLS_SECRET, "namespace": mon.namespace},
+            type=kind,
+            string_data=data,
+            opts=opts,
+        )
+        return [secret]
 
     def _kube_token(self, name: str, args: ZabbixMonitoringArgs) -> pulumi.Output[str]:
         """The token the controller writes into the Secret. It is there when this read runs: when
@@ -356,6 +589,8 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             "infiniband": any(n.infiniband for n in args.nodes),
             "ceph-mgr": bool(args.ceph_namespace),
             "minio": bool(args.nas_hosts),
+            "kubernetes": True,
+            "certificates": True,
         }
         imports = [
             zbx.TemplateImport(
@@ -366,6 +601,15 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         ]
         host_deps = [*groups, *imports]
         psk_secrets = pulumi.Output.secret(psk.apply(lambda v: {"tls_psk_identity": PSK_IDENTITY, "tls_psk": v}))
+        nas_secrets = pulumi.Output.secret(
+            pulumi.Output.all(psk, args.secrets.minio_metrics_token or "").apply(
+                lambda v: {
+                    "tls_psk_identity": PSK_IDENTITY,
+                    "tls_psk": v[0],
+                    "macros": [{"macro": "{$MINIO.METRICS.TOKEN}", "value": v[1]}] if v[1] else [],
+                }
+            )
+        )
         hosts: list[str] = []
         for node in args.nodes:
             spec = {
@@ -374,6 +618,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
                 "groups": node_groups(node),
                 "templates": node_templates(node),
                 "tags": node_tags(node),
+                "macros": node_macros(node),
             }
             zbx.Host(f"{node.name}-zabbix-host", spec, connection, psk_secrets, opts=opts(*host_deps))
             hosts.append(node.name)
@@ -382,33 +627,28 @@ class ZabbixMonitoring(pulumi.ComponentResource):
                 "host": nas.name,
                 "ip": nas.address,
                 "groups": ["ml-platform/nas"],
-                "templates": [LINUX_TEMPLATE, MINIO_TEMPLATE],
+                "templates": [LINUX_TEMPLATE, MINIO_TEMPLATE, CERT_TEMPLATE],
                 "tags": [{"tag": "role", "value": "nas"}, {"tag": "storage", "value": "minio"}],
+                "macros": [
+                    {"macro": "{$MINIO.PORT}", "value": str(args.minio_port)},
+                    {"macro": "{$CERT.ENDPOINTS}", "value": f"{nas.address}:{args.minio_port}"},
+                ],
             }
-            zbx.Host(f"{nas.name}-zabbix-host", spec, connection, psk_secrets, opts=opts(*host_deps))
+            zbx.Host(f"{nas.name}-zabbix-host", spec, connection, nas_secrets, opts=opts(*host_deps))
             hosts.append(nas.name)
         hosts += self._cluster_hosts(name, args, connection, opts, host_deps)
         self._alerting(name, args, connection, opts, groups)
         return hosts
 
     def _global_macros(self, name, args, connection, opts) -> list[pulumi.Resource]:
-        t = args.monitoring.thresholds
-        values = {
-            "{$GPU.TEMP.MAX}": (t.gpu_temperature_celsius, "GPU temperature threshold (C)"),
-            "{$GPU.MEM.PUSED.MAX}": (t.gpu_memory_used_percent, "GPU memory use threshold (%)"),
-            "{$IB.ERRORS.MAX}": (t.ib_port_errors_per_hour, "InfiniBand port errors per hour threshold"),
-            "{$CEPH.POOL.PUSED.MAX}": (t.ceph_pool_used_percent, "Ceph pool fill threshold (%)"),
-            # The Slack and Mattermost webhooks link back to the UI through this macro.
-            "{$ZABBIX.URL}": (self.url, "Zabbix web UI URL"),
-        }
         return [
             zbx.GlobalMacro(
                 f"{name}-macro-{_slug(macro)}",
-                {"macro": macro, "value": str(value), "description": f"{text} (ml-platform settings)"},
+                {"macro": macro, "value": value, "description": f"{text} (ml-platform settings)"},
                 connection,
                 opts=opts(),
             )
-            for macro, (value, text) in values.items()
+            for macro, (value, text) in global_macros(args.monitoring, self.url).items()
         ]
 
     def _cluster_hosts(self, name, args, connection, opts, deps) -> list[str]:
@@ -417,7 +657,13 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         kube = f"{args.cluster_name}-kubernetes"
         zbx.Host(
             f"{name}-host-kubernetes",
-            {"host": kube, "groups": ["ml-platform/kubernetes"], "templates": [K8S_STATE_TEMPLATE], "tags": []},
+            {
+                "host": kube,
+                "groups": ["ml-platform/kubernetes"],
+                "templates": [K8S_STATE_TEMPLATE, KUBE_TEMPLATE],
+                "tags": [],
+                "macros": kubernetes_macros(args),
+            },
             connection,
             pulumi.Output.secret(token.apply(lambda v: {"macros": [{"macro": "{$KUBE.API.TOKEN}", "value": v}]})),
             opts=opts(*deps),
@@ -449,7 +695,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             token = args.secrets.slack_bot_token
             media["slack"] = zbx.MediaType(
                 f"{name}-media-slack",
-                {"name": "Slack", "enabled": True, "parameters": {"slack_mode": "alarm"}},
+                media_type_spec("slack", alerting.mattermost_url),
                 connection,
                 pulumi.Output.secret(pulumi.Output.from_input(token).apply(lambda v: {"bot_token": v})),
                 opts=opts(),
@@ -458,11 +704,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             token = args.secrets.mattermost_bot_token
             media["mattermost"] = zbx.MediaType(
                 f"{name}-media-mattermost",
-                {
-                    "name": "Mattermost",
-                    "enabled": True,
-                    "parameters": {"mattermost_url": alerting.mattermost_url, "send_mode": "alarm"},
-                },
+                media_type_spec("mattermost", alerting.mattermost_url),
                 connection,
                 pulumi.Output.secret(pulumi.Output.from_input(token).apply(lambda v: {"bot_token": v})),
                 opts=opts(),
@@ -474,36 +716,46 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         """One channel: a user group that cannot log in, its user with the channel as media, and an
         action sending problems from the channel's host groups at or above its severity."""
         label = f"alerts-{channel.name}"
-        host_groups = channel.host_groups or list(HOST_GROUPS)
-        mediatype = MEDIA_TYPES[channel.type]
-        group = zbx.UserGroup(
-            f"{name}-{label}-group", {"name": label, "host_groups": host_groups}, connection, opts=opts(*deps)
-        )
-        user = zbx.User(
-            f"{name}-{label}-user",
-            {
-                "username": label,
-                "role": "User role",
-                "group": label,
-                "mediatype": mediatype,
-                "send_to": channel.send_to,
-                "severity": severity_mask(channel.min_severity),
-            },
-            connection,
-            opts=opts(group, *deps),
-        )
-        zbx.Action(
-            f"{name}-{label}-action",
-            {
-                "name": label,
-                "min_severity": severity_index(channel.min_severity),
-                "host_groups": host_groups,
-                "user_group": label,
-                "mediatype": mediatype,
-            },
-            connection,
-            opts=opts(group, user, *deps),
-        )
+        group_spec, user_spec, action_spec = channel_specs(channel)
+        group = zbx.UserGroup(f"{name}-{label}-group", group_spec, connection, opts=opts(*deps))
+        user = zbx.User(f"{name}-{label}-user", user_spec, connection, opts=opts(group, *deps))
+        zbx.Action(f"{name}-{label}-action", action_spec, connection, opts=opts(group, user, *deps))
+
+
+def media_type_spec(kind: str, mattermost_url: Optional[str]) -> dict[str, Any]:
+    """The preloaded webhook as the platform configures it (the bot token is a secret, set apart)."""
+    if kind == "slack":
+        return {"name": "Slack", "enabled": True, "parameters": {"slack_mode": "alarm"}}
+    return {
+        "name": "Mattermost",
+        "enabled": True,
+        "parameters": {"mattermost_url": mattermost_url, "send_mode": "alarm"},
+    }
+
+
+def channel_specs(channel: Channel) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A channel's user group (no UI login), user (the channel as its media) and action (problems from
+    the channel's host groups at or above its severity)."""
+    label = f"alerts-{channel.name}"
+    host_groups = channel.host_groups or list(HOST_GROUPS)
+    mediatype = MEDIA_TYPES[channel.type]
+    group = {"name": label, "host_groups": host_groups}
+    user = {
+        "username": label,
+        "role": "User role",
+        "group": label,
+        "mediatype": mediatype,
+        "send_to": channel.send_to,
+        "severity": severity_mask(channel.min_severity),
+    }
+    action = {
+        "name": label,
+        "min_severity": severity_index(channel.min_severity),
+        "host_groups": host_groups,
+        "user_group": label,
+        "mediatype": mediatype,
+    }
+    return group, user, action
 
 
 def _password(resource_name: str, opts: pulumi.ResourceOptions) -> pulumi.Output[str]:

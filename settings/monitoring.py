@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from settings.types import Host, Model, Name, Url, Version
 
@@ -28,19 +28,48 @@ Severity = Literal["information", "warning", "average", "high", "disaster"]
 
 
 class WebSettings(Model):
-    """How operators and this program reach the Zabbix web UI and its API."""
+    """How operators and this program reach the Zabbix web UI and its API: HTTPS only. A NodePort
+    serves HTTPS with a certificate the program issues from its own CA (stack output
+    `zabbixCaCert`); an Ingress terminates TLS with that certificate or the site's (`tlsSecretName`,
+    verified with `caCert`). The program verifies the certificate on every API call."""
 
     node_port: Optional[int] = Field(
         default=31080,
         ge=30000,
         le=32767,
-        description="NodePort of the web Service; the URL is http://<cluster.apiEndpoint>:<nodePort>. "
+        description="HTTPS NodePort of the web Service; the URL is https://<cluster.apiEndpoint>:<nodePort>. "
         "Set to null when ingressHost is used.",
     )
     ingress_host: Optional[Host] = Field(
         default=None, description="Host name of an Ingress to the web UI (https://<ingressHost>); instead of nodePort."
     )
     ingress_class_name: Optional[Name] = Field(default=None, description="IngressClass for ingressHost.")
+    tls_secret_name: Optional[Name] = Field(
+        default=None,
+        description="With ingressHost: a kubernetes.io/tls Secret in the monitoring namespace holding the site's "
+        "certificate for ingressHost. Unset: the program issues one from its own CA.",
+    )
+    ca_cert: Optional[str] = Field(
+        default=None,
+        pattern=r"^-----BEGIN CERTIFICATE-----",
+        description="PEM of the CA that signed tlsSecretName's certificate; the program verifies the API with it. "
+        "Required with tlsSecretName.",
+    )
+    insecure_plain_http_lab_only: bool = Field(
+        default=False,
+        description="Lab only: serve the web UI and API over plain HTTP (the Admin password and the API token "
+        "cross the network in clear text). Never set it for production.",
+    )
+
+    @model_validator(mode="after")
+    def _tls_source_is_complete(self) -> WebSettings:
+        if self.tls_secret_name and not self.ingress_host:
+            raise ValueError("tlsSecretName: only with ingressHost (the NodePort serves the program's certificate)")
+        if bool(self.tls_secret_name) != bool(self.ca_cert):
+            raise ValueError("tlsSecretName and caCert: set both (the site's certificate and the CA that signed it)")
+        if self.insecure_plain_http_lab_only and self.tls_secret_name:
+            raise ValueError("insecurePlainHttpLabOnly: cannot be combined with tlsSecretName")
+        return self
 
 
 class DatabaseSettings(Model):
@@ -84,6 +113,27 @@ class Thresholds(Model):
     )
     ceph_pool_used_percent: int = Field(
         default=80, ge=50, le=99, description="Ceph pool fill level above which it alerts."
+    )
+    ib_min_rate_gbps: int = Field(
+        default=100,
+        ge=10,
+        le=1600,
+        description="InfiniBand link rate (Gb/s) below which a port counts as degraded (trained down).",
+    )
+    node_cordoned_max_minutes: int = Field(
+        default=120,
+        ge=5,
+        le=10080,
+        description="How long a node may stay cordoned (spec.unschedulable) before it alerts.",
+    )
+    certificate_expiry_days: int = Field(
+        default=21, ge=1, le=365, description="Days before a watched TLS certificate expires that it alerts."
+    )
+    etcd_snapshot_margin_minutes: int = Field(
+        default=30,
+        ge=5,
+        le=1440,
+        description="An etcd snapshot is too old after the schedule's longest interval plus this margin.",
     )
 
 

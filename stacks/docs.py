@@ -24,6 +24,7 @@ from pydantic_core import PydanticUndefined
 from components.network_fabric import MELLANOX_REPOSITORY
 from settings import NAMESPACE, SECRET_KEYS, Chart, Settings
 from settings.types import url
+from stacks import monitoring_coverage
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_FILE = "docs/stack-config.schema.json"
@@ -449,6 +450,7 @@ def generated_files() -> dict[str, str]:
         SCHEMA_FILE: schema_text(),
         "docs/air-gap.md": air_gap(),
         "docs/safety.md": safety(),
+        "docs/monitoring-coverage.md": monitoring_coverage.coverage(),
     }
 
 

@@ -137,7 +137,15 @@ CONTRACT: tuple[OutputSpec, ...] = (
         "zabbixUrl",
         "string",
         False,
-        "Zabbix web UI; its API is `<zabbixUrl>/api_jsonrpc.php` (from `monitoring.web`: NodePort or ingress host).",
+        "Zabbix web UI over HTTPS; its API is `<zabbixUrl>/api_jsonrpc.php` (from `monitoring.web`: NodePort or "
+        "ingress host).",
+    ),
+    OutputSpec(
+        "zabbixCaCert",
+        "string",
+        False,
+        "PEM of the CA the Zabbix web UI's certificate chains to (the program's own, or `monitoring.web.caCert`); "
+        "`curl --cacert`. Empty with the lab-only plain HTTP.",
     ),
     OutputSpec("zabbixApiUser", "string", False, "The Zabbix user this program works as (Super admin, token auth)."),
     OutputSpec("zabbixApiToken", "string", True, "API token of `zabbixApiUser` (`Authorization: Bearer`). Secret."),

@@ -8,6 +8,7 @@ dependencies; none reads the config itself.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -262,8 +263,12 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             nodes=settings.nodes,
             nas_hosts=settings.nas.hosts,
             block_storage_class=ceph.storage_classes.get("tier2Block"),
+            storage_ready=[ceph.storage_class_release] if ceph.storage_class_release else [],
             ceph_namespace=ceph.namespace or None,
-            secrets=secrets.zabbix,
+            secrets=dataclasses.replace(secrets.zabbix, minio_metrics_token=minio.metrics_token),
+            backup=settings.storage.minio.backup,
+            etcd_snapshots=settings.cluster.etcd_snapshots,
+            minio_port=settings.storage.minio.port,
         ),
     )
     oidc = settings.cluster.oidc
@@ -292,6 +297,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
         "oidcLogin": {"issuerUrl": oidc.issuer_url, "clientId": oidc.client_id} if oidc else {},
         "workloadPriorityClasses": scheduling.priority_classes,
         "zabbixUrl": monitoring.url,
+        "zabbixCaCert": monitoring.ca_cert,
         "zabbixApiUser": monitoring.api_user,
         "zabbixApiToken": monitoring.api_token,
         "zabbixAdminPassword": monitoring.admin_password,

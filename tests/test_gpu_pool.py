@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from components.cluster import GPU_TAINT, ROLE_LABEL, node_labels
-from components.gpu_pool import gpu_operator_values
+from components.gpu_pool import DCGM_METRICS, gpu_operator_values
 from components.remote import script_text
 from settings import load
 from tests.conftest import evaluate, node_index, problems, stack_doc, tolerates
@@ -31,7 +31,12 @@ NFD_SUBCHART_KEYS = {"node-feature-discovery.worker.nodeSelector"}
 # Values the chart turns into the ClusterPolicy spec (templates/clusterpolicy.yaml), checked against
 # the CRD too. `devicePlugin.config.create`/`.data` are chart-only: the chart renders the ConfigMap.
 CLUSTER_POLICY_SECTIONS = {"cdi", "operator", "daemonsets", "driver", "toolkit", "devicePlugin", "dcgmExporter"}
-CHART_ONLY = {"devicePlugin.config.create", "devicePlugin.config.data"}
+CHART_ONLY = {
+    "devicePlugin.config.create",
+    "devicePlugin.config.data",
+    "dcgmExporter.config.create",  # templates/dcgm_exporter_config.yaml: the chart makes the ConfigMap
+    "dcgmExporter.config.data",
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,18 +87,24 @@ def _set_gpu(raw: dict, **changes: Any) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+# Read by templates/dcgm_exporter_config.yaml and clusterpolicy.yaml of v26.7.0, commented out in its values.yaml.
+COMMENTED_UPSTREAM = frozenset({"dcgmExporter.config"})
+
+
 @pytest.mark.parametrize("stack", ["prod", "lab"])
 def test_gpu_operator_values_exist_upstream(stack, prod_plan, lab_plan):
     upstream = upstream_values("gpu-operator", GPU_OPERATOR_VERSION)
     plan = prod_plan if stack == "prod" else lab_plan
-    unknown = [k for k in unknown_value_paths(_values(plan, "gpu-operator"), upstream) if k not in NFD_SUBCHART_KEYS]
+    unknown = [k for k in unknown_value_paths(_values(plan, "gpu-operator"), upstream, skip=COMMENTED_UPSTREAM)
+               if k not in NFD_SUBCHART_KEYS]  # fmt: skip
     assert unknown == [], f"gpu-operator values not in upstream values.yaml {GPU_OPERATOR_VERSION}: {unknown}"
 
 
 def test_gpu_operator_values_for_host_driver_exist_upstream():
     upstream = upstream_values("gpu-operator", GPU_OPERATOR_VERSION)
     plan = evaluate("prod", lambda raw: raw["gpu"]["driver"].update(managedBy="host"))
-    unknown = [k for k in unknown_value_paths(_values(plan, "gpu-operator"), upstream) if k not in NFD_SUBCHART_KEYS]
+    unknown = [k for k in unknown_value_paths(_values(plan, "gpu-operator"), upstream, skip=COMMENTED_UPSTREAM)
+               if k not in NFD_SUBCHART_KEYS]  # fmt: skip
     assert unknown == []
 
 
@@ -102,7 +113,7 @@ def test_own_nfd_values_exist_upstream():
     upstream = upstream_values("gpu-operator", GPU_OPERATOR_VERSION)
     values = gpu_operator_values(load(stack_doc("prod")).gpu, deploy_nfd=True)
     assert values["nfd"] == {"enabled": True}
-    unknown = [k for k in unknown_value_paths(values, upstream) if k not in NFD_SUBCHART_KEYS]
+    unknown = [k for k in unknown_value_paths(values, upstream, skip=COMMENTED_UPSTREAM) if k not in NFD_SUBCHART_KEYS]
     assert unknown == []
 
 
@@ -157,10 +168,12 @@ def test_driver_from_operator_or_host(prod_plan):
 
 def test_dcgm_exporter_on_without_service_monitor(prod_plan):
     # Host network: Zabbix scrapes each GPU node's exporter at <node address>:9400 (docs/monitoring.md).
+    # The counters file adds the error counters the GPU template alerts on.
     assert _values(prod_plan, "gpu-operator")["dcgmExporter"] == {
         "enabled": True,
         "hostNetwork": True,
         "serviceMonitor": {"enabled": False},
+        "config": {"name": "dcgm-exporter-metrics", "create": True, "data": DCGM_METRICS.read_text()},
     }
 
 

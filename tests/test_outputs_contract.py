@@ -50,6 +50,7 @@ PUBLISHED: dict[str, tuple[str, bool]] = {
     "zabbixApiToken": ("string", True),
     "zabbixApiUser": ("string", False),
     "zabbixUrl": ("string", False),
+    "zabbixCaCert": ("string", False),
 }
 
 DECLARED = {spec.name: spec for spec in CONTRACT}

@@ -12,6 +12,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from components import zabbix_api as zapi
+from components import zabbix_kinds as kinds
 from components import zabbix_objects as zbx
 from components.zabbix_monitoring import TEMPLATES, template_sources
 from tests.zabbix70 import zabbix70
@@ -41,7 +43,7 @@ def connection(url, bootstrap):
 
 @pytest.fixture
 def api(connection):
-    return zbx.connect(connection["url"], connection["token"])
+    return zapi.connect(connection["url"], connection["token"])
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +58,7 @@ def base_objects(connection):
 
 def _props(kind: str, spec: dict, connection: dict, secrets: dict | None = None) -> dict:
     """The inputs a resource of `kind` hands its provider (what `_ZabbixObject` builds)."""
-    return {"kind": kind, "spec": zbx.normalized(kind, spec), "connection": connection, "secrets": secrets or {}}
+    return {"kind": kind, "spec": kinds.normalized(kind, spec), "connection": connection, "secrets": secrets or {}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -72,12 +74,12 @@ def test_bootstrap_replaces_the_default_admin_password(url, bootstrap):
     from zabbix_utils.exceptions import APIRequestError
 
     with pytest.raises(APIRequestError, match="Incorrect user name or password"):
-        zbx._login(url, "Admin", "zabbix")
-    assert zbx._login(url, "Admin", ADMIN_PASSWORD).user.get(output=["username"])
+        zapi.login(url, "Admin", "zabbix")
+    assert zapi.login(url, "Admin", ADMIN_PASSWORD).user.get(output=["username"])
 
 
 def test_bootstrap_token_belongs_to_the_api_user(connection, bootstrap):
-    api = zbx.connect(connection["url"], connection["token"])
+    api = zapi.connect(connection["url"], connection["token"])
     me = api.user.get(userids=[bootstrap.id], output=["username"], selectRole=["name"])
     assert me == [{"userid": bootstrap.id, "username": "ml-platform-api", "role": {"name": "Super admin role"}}]
 
@@ -92,7 +94,7 @@ def test_bootstrap_runs_again_and_adopts_the_api_user(url, bootstrap, connection
     props = {"url": url, "api_user": "ml-platform-api", "admin_password": ADMIN_PASSWORD, "api_password": API_PASSWORD}
     again = zbx.BootstrapProvider().create(props)
     assert again.id == bootstrap.id
-    assert zbx.connect(url, again.outs["token"]).user.get(userids=[again.id], output=["username"])
+    assert zapi.connect(url, again.outs["token"]).user.get(userids=[again.id], output=["username"])
     assert zbx.BootstrapProvider().read(again.id, again.outs).id == again.id
     connection["token"] = again.outs["token"]  # the old token was replaced; the other tests go on with this one
 
@@ -117,15 +119,15 @@ def test_rotating_the_admin_and_api_passwords_is_an_update_that_keeps_the_token(
 
     updated = provider.update(bootstrap.id, olds, news)
     assert updated.outs["token"] == connection["token"] and updated.outs["userid"] == bootstrap.id
-    assert zbx._login(url, "Admin", "R0tated-root-passphrase-12").user.get(userids=[bootstrap.id])
-    assert zbx._login(url, "ml-platform-api", "R0tated-api-passphrase-34").user.get(userids=[bootstrap.id])
+    assert zapi.login(url, "Admin", "R0tated-root-passphrase-12").user.get(userids=[bootstrap.id])
+    assert zapi.login(url, "ml-platform-api", "R0tated-api-passphrase-34").user.get(userids=[bootstrap.id])
     from zabbix_utils.exceptions import APIRequestError
 
     for user, old in (("Admin", ADMIN_PASSWORD), ("ml-platform-api", API_PASSWORD)):
         with pytest.raises(APIRequestError, match="Incorrect user name or password"):
-            zbx._login(url, user, old)
+            zapi.login(url, user, old)
     # The objects' connection (the token in their state) still works after the rotation.
-    assert zbx.connect(url, connection["token"]).user.get(userids=[bootstrap.id], output=["username"])
+    assert zapi.connect(url, connection["token"]).user.get(userids=[bootstrap.id], output=["username"])
     # A second `up` with the same settings: no diff; an update run again (e.g. after a failed `up`
     # that had already changed the password) logs in with the new password and changes nothing.
     assert not provider.diff(bootstrap.id, updated.outs, news).changes
@@ -242,9 +244,9 @@ def test_alert_user_and_action_lifecycle(connection, base_objects):
         after = provider.read(created.id, updated.outs)
         assert not provider.diff(created.id, after.outs, new_props).changes, (kind, after.outs["spec"])
     for kind, declared, _ in reversed(cases):
-        found = zbx.KINDS[kind].find(zbx.connect(**connection), zbx.normalized(kind, declared), {})
+        found = kinds.KINDS[kind].find(zapi.connect(**connection), kinds.normalized(kind, declared), {})
         provider.delete(found, {"kind": kind, "connection": connection})
-        assert zbx.KINDS[kind].read(zbx.connect(**connection), found) is None
+        assert kinds.KINDS[kind].read(zapi.connect(**connection), found) is None
     provider.delete(group.id, group.outs)
 
 

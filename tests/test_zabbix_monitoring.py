@@ -12,7 +12,7 @@ import pytest
 
 from components.cluster import GPU_TAINT
 from components.remote import script_text
-from components.zabbix_monitoring import RELEASE, severity_mask
+from components.zabbix_monitoring import RELEASE, cron_interval_seconds, severity_mask
 from settings import load
 from stacks import plan as plan_cli
 from tests.conftest import evaluate, problems, run_plan, stack_doc, tolerates
@@ -89,6 +89,11 @@ def test_database_is_persistent_on_tier2_block_and_not_the_default_password(prod
     assert secret["stringData"] == "[secret]"  # the random DB password makes the whole map secret
 
 
+def test_the_release_waits_for_the_release_that_creates_the_block_storage_class(prod_plan):
+    ceph_cluster = prod_plan.named("ceph-cluster")["urn"]
+    assert ceph_cluster in prod_plan.named(ZABBIX)["dependencies"]
+
+
 @pytest.mark.parametrize("taint", [GPU_TAINT, CONTROL_PLANE_TAINT, "node.kubernetes.io/unschedulable:NoSchedule"])
 def test_agent_daemonset_tolerates_every_node(taint, prod_plan):
     agent = values(prod_plan)["zabbixAgent"]
@@ -109,7 +114,7 @@ def test_agent_uses_psk_from_a_secret_and_active_checks(prod_plan):
     assert env["ZBX_TLSCONNECT"] == env["ZBX_TLSACCEPT"] == "psk"
     assert env["ZBX_TLSPSKFILE"].startswith(agent["extraVolumeMounts"][0]["mountPath"])
     assert agent["extraVolumes"][0]["secret"]["secretName"] == "zabbix-agent-psk"
-    assert agent["ZBX_ACTIVE_ALLOW"] is True and agent["ZBX_PASSIVE_ALLOW"] is False
+    assert agent["ZBX_ACTIVE_ALLOW"] is True and "ZBX_ACTIVESERVERS" not in agent
     assert prod_plan.named("monitoring-agent-psk-secret")["inputs"]["stringData"] == "[secret]"
 
 
@@ -119,10 +124,63 @@ def test_service_account_token_secret_for_the_kubernetes_templates(prod_plan):
     assert secret["metadata"]["annotations"] == {"kubernetes.io/service-account.name": "zabbix"}
 
 
-def test_web_exposure_and_url_output(prod_plan):
-    assert values(prod_plan)["zabbixWeb"]["service"] == {"type": "NodePort", "nodePort": 31080}
-    assert prod_plan.outputs["zabbixUrl"] == "http://10.20.0.10:31080"
+def test_web_ui_and_api_are_https_on_the_node_port(prod_plan):
+    web = values(prod_plan)["zabbixWeb"]
+    assert web["service"] == {"type": "NodePort", "nodePort": 31080}
+    # The pod serves TLS on 8443 from the program's certificate; the probes speak HTTPS to it.
+    assert web["port"] == 8443 and web["tlsCertsSecretName"] == "zabbix-web-tls"
+    assert web["livenessProbe"]["httpGet"]["scheme"] == web["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    secret = prod_plan.named("monitoring-web-tls")["inputs"]
+    assert secret["metadata"]["name"] == "zabbix-web-tls" and secret["stringData"] == "[secret]"
+    cert = prod_plan.named("monitoring-web-csr")["inputs"]
+    assert cert["ipAddresses"] == ["10.20.0.10"]  # the API endpoint the URL names
+    assert prod_plan.outputs["zabbixUrl"] == "https://10.20.0.10:31080"
     assert values(prod_plan)["zabbixServer"]["service"] == {"type": "NodePort", "nodePort": 31051}
+
+
+def test_the_program_verifies_the_web_certificate_with_its_ca(prod_plan):
+    bootstrap = prod_plan.by_type("pulumi-python:dynamic/zabbix:Bootstrap")[0]["inputs"]
+    assert bootstrap["url"].startswith("https://") and "ca" in bootstrap
+    assert prod_plan.named("monitoring-zabbix")["urn"] in prod_plan.named("monitoring-api-bootstrap")["dependencies"]
+
+
+def test_plain_http_only_with_the_lab_only_setting():
+    plan = evaluate(
+        "lab", lambda raw: raw.setdefault("monitoring", {}).setdefault("web", {}).update(insecurePlainHttpLabOnly=True)
+    )
+    assert plan.outputs["zabbixUrl"].startswith("http://")
+    assert "tlsCertsSecretName" not in values(plan)["zabbixWeb"]
+
+
+@pytest.mark.parametrize(
+    ("web", "message"),
+    [
+        ({"tlsSecretName": "site-cert"}, "tlsSecretName: only with ingressHost"),
+        ({"nodePort": None, "ingressHost": "zabbix.example.internal", "tlsSecretName": "site-cert"},
+         "set both"),
+    ],
+)  # fmt: skip
+def test_incomplete_site_certificate_is_refused(web, message):
+    raw = stack_doc("prod")
+    raw["monitoring"].setdefault("web", {}).update(web)
+    with pytest.raises(Exception) as err:
+        load(raw)
+    assert message in str(err.value)
+
+
+def test_ingress_with_the_sites_certificate_is_verified_with_the_sites_ca():
+    ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+
+    def mutate(raw):
+        raw["monitoring"]["web"] = {"nodePort": None, "ingressHost": "zabbix.ml.example.internal",
+                                    "tlsSecretName": "site-zabbix-cert", "caCert": ca}  # fmt: skip
+
+    plan = evaluate("prod", mutate)
+    assert values(plan)["ingress"]["tls"][0]["secretName"] == "site-zabbix-cert"
+    assert plan.outputs["zabbixCaCert"] == ca
+    assert not plan.by_type("tls:index/selfSignedCert:SelfSignedCert") or all(
+        "web-ca" not in r["name"] for r in plan.by_type("tls:index/selfSignedCert:SelfSignedCert")
+    )
 
 
 def test_ingress_instead_of_node_port():
@@ -134,6 +192,9 @@ def test_ingress_instead_of_node_port():
     ingress = values(plan)["ingress"]
     assert ingress["enabled"] and ingress["hosts"][0]["host"] == "zabbix.ml.example.internal"
     assert ingress["ingressClassName"] == "nginx"
+    assert ingress["tls"] == [{"hosts": ["zabbix.ml.example.internal"], "secretName": "zabbix-web-tls"}]
+    assert plan.named("monitoring-web-tls")["inputs"]["type"] == "kubernetes.io/tls"
+    assert plan.named("monitoring-web-csr")["inputs"]["dnsNames"] == ["zabbix.ml.example.internal"]
     assert plan.outputs["zabbixUrl"] == "https://zabbix.ml.example.internal"
     assert unknown_value_paths(values(plan), upstream_values("zabbix", "7.0.12"), skip=COMMENTED_UPSTREAM) == []
 
@@ -179,8 +240,17 @@ def test_every_node_and_nas_host_is_a_zabbix_host(prod_plan):
 def test_gpu_node_host_has_gpu_and_ib_templates_and_tags(prod_plan):
     spec = spec_of(prod_plan, "gpu-01-zabbix-host")
     assert spec["templates"] == sorted(
-        ["Linux by Zabbix agent active", "ml-platform GPU by DCGM exporter", "ml-platform InfiniBand by sysfs"]
+        [
+            "Linux by Zabbix agent active",
+            "ml-platform GPU by DCGM exporter",
+            "ml-platform InfiniBand by sysfs",
+            "ml-platform TLS certificates by agent 2",
+        ]
     )
+    macros = {m["macro"]: m["value"] for m in spec["macros"]}
+    node = next(n for n in stack_doc("prod")["nodes"] if n["name"] == "gpu-01")
+    assert macros["{$GPU.COUNT.EXPECTED}"] == str(node["gpu"]["count"])
+    assert macros["{$CERT.ENDPOINTS}"] == f"{node['address']}:10250"
     assert {"tag": "role", "value": "gpu"} in spec["tags"]
     assert any(t["tag"] == "infiniband" for t in spec["tags"]) and any(t["tag"] == "gpu" for t in spec["tags"])
     assert spec["groups"] == ["ml-platform/gpu-nodes"]
@@ -194,8 +264,32 @@ def test_gpu_node_host_has_gpu_and_ib_templates_and_tags(prod_plan):
 
 def test_kubernetes_host_uses_the_state_template_with_a_secret_token(prod_plan):
     host = prod_plan.named("monitoring-host-kubernetes")
-    assert host["inputs"]["spec"]["templates"] == ["Kubernetes cluster state by HTTP"]
+    assert host["inputs"]["spec"]["templates"] == [
+        "Kubernetes cluster state by HTTP",
+        "ml-platform Kubernetes platform state",
+    ]
     assert host["inputs"]["secrets"] == "[secret]"
+
+
+@pytest.mark.parametrize(
+    ("schedule", "seconds"),
+    [("30 1 * * *", 86400), ("0 */6 * * *", 21600), ("0 1 * * 1-5", 3 * 86400), ("*/15 * * * *", 900)],
+)
+def test_cron_interval_is_the_longest_gap_between_runs(schedule, seconds):
+    assert cron_interval_seconds(schedule) == seconds
+
+
+def test_backup_and_etcd_age_limits_follow_the_schedules(prod_plan):
+    macros = {m["macro"]: m["value"] for m in spec_of(prod_plan, "monitoring-host-kubernetes")["macros"]}
+    settings = load(stack_doc("prod"))
+    backup, etcd = settings.storage.minio.backup, settings.cluster.etcd_snapshots
+    assert macros["{$BACKUP.SOURCES}"] == ",".join(s.name for s in backup.sources)
+    for source in backup.sources:
+        assert int(macros[f'{{$BACKUP.MAXAGE:"{source.name}"}}']) == (
+            cron_interval_seconds(backup.schedule) + backup.deadline_seconds
+        )
+    margin = settings.monitoring.thresholds.etcd_snapshot_margin_minutes * 60
+    assert int(macros["{$ETCD.SNAPSHOT.MAXAGE}"]) == cron_interval_seconds(etcd.schedule_cron) + margin
 
 
 def test_platform_templates_are_imported(prod_plan):
@@ -204,7 +298,9 @@ def test_platform_templates_are_imported(prod_plan):
         "ml-platform Ceph by mgr Prometheus",
         "ml-platform GPU by DCGM exporter",
         "ml-platform InfiniBand by sysfs",
+        "ml-platform Kubernetes platform state",
         "ml-platform MinIO by HTTP",
+        "ml-platform TLS certificates by agent 2",
     ]
 
 
@@ -213,7 +309,7 @@ def test_thresholds_are_global_macros(prod_plan):
         r["inputs"]["spec"]["macro"]: r["inputs"]["spec"]["value"] for r in zabbix_objects(prod_plan, "GlobalMacro")
     }
     assert macros["{$GPU.TEMP.MAX}"] == "85" and macros["{$IB.ERRORS.MAX}"] == "10"
-    assert macros["{$ZABBIX.URL}"] == "http://10.20.0.10:31080"
+    assert macros["{$ZABBIX.URL}"] == "https://10.20.0.10:31080"
 
 
 def test_threshold_change_is_a_one_resource_update(prod_plan):

@@ -26,7 +26,8 @@ import pytest
 import yaml
 from zabbix_utils import ZabbixAPI
 
-from components import zabbix_objects as zbx
+from components.zabbix_api import DEFAULT_ADMIN, DEFAULT_PASSWORD
+from components.zabbix_kinds import IMPORT_RULES
 from components.zabbix_monitoring import template_sources
 from tests.zabbix70 import trapper_request, zabbix70
 
@@ -60,14 +61,14 @@ def zabbix():
 @pytest.fixture(scope="module")
 def session(zabbix) -> str:
     """A frontend session id (what the UI's test sends as `sid`)."""
-    return ZabbixAPI(url=zabbix.url).user.login(username=zbx.DEFAULT_ADMIN, password=zbx.DEFAULT_PASSWORD)
+    return ZabbixAPI(url=zabbix.url).user.login(username=DEFAULT_ADMIN, password=DEFAULT_PASSWORD)
 
 
 @pytest.fixture(scope="module")
 def api(zabbix, session):
     api = ZabbixAPI(url=zabbix.url, token=session)
     for _, text in template_sources().values():
-        api.configuration.import_(format="yaml", source=text, rules=zbx.IMPORT_RULES)
+        api.configuration.import_(format="yaml", source=text, rules=IMPORT_RULES)
     return api
 
 

@@ -43,11 +43,17 @@ if [[ $installed != "$AGENT_VERSION" ]]; then
   restart=1
 fi
 
-if write_file "$psk_file" 0600 "$psk"; then
+# The agent runs as user zabbix (created by the package): the PSK is its file, 0400, or the step fails
+# (a root-owned PSK makes the agent exit with "invalid TLSPSKFile ... permission denied").
+id -u zabbix >/dev/null 2>&1 || fail "user zabbix does not exist; the zabbix-agent2 package should have created it"
+if write_file "$psk_file" 0400 "$psk"; then
   restart=1
 fi
-chown zabbix: "$psk_file" 2>/dev/null || chown root: "$psk_file"
-if [[ "$(stat -c %U "$psk_file")" == zabbix ]]; then chmod 0400 "$psk_file"; fi
+if [[ "$(stat -c %U:%G "$psk_file")" != zabbix:zabbix ]]; then
+  chown zabbix:zabbix "$psk_file"
+  changed "gave $psk_file to zabbix:zabbix"
+  restart=1
+fi
 
 # A drop-in: the package's zabbix_agent2.conf includes /etc/zabbix/zabbix_agent2.d/*.conf.
 if write_file /etc/zabbix/zabbix_agent2.d/ml-platform.conf 0644 "$(

@@ -1,0 +1,91 @@
+"""Certificate expiry through the real agent 2 and the real 7.0 server: the DaemonSet's agent reads
+the certificate a TLS endpoint serves (web.certificate.get), the expiry trigger fires for one that
+expires within `thresholds.certificateExpiryDays` and resolves when a renewed one is served. The
+intervals are host macros of 5-10 s here (1 h shipped)."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import ssl
+import threading
+
+from components.zabbix_api import DEFAULT_ADMIN, DEFAULT_PASSWORD, login
+from components.zabbix_kinds import IMPORT_RULES
+from components.zabbix_monitoring import CERT_TEMPLATE, global_macros, template_sources
+from settings import load
+from tests.conftest import stack_doc
+from tests.test_zabbix_agent2 import _host_with_active_item, daemonset_agent, node_names, server_names
+from tests.test_zabbix_https import _openssl, make_ca
+from tests.test_zabbix_infiniband import _value, _wait
+from tests.test_zabbix_triggers import OK, PROBLEM, triggers
+from tests.zabbix70 import zabbix70
+from tests.zabbix_agent2 import _in_netns, run_agent2
+
+PORT = 10250  # the kubelet's, as the node's {$CERT.ENDPOINTS} names it
+
+
+def server_cert(tmp_path, ca_key, ca_cert, days: int, name: str):
+    key, csr, cert, ext = (tmp_path / f"{name}.{n}" for n in ("key", "csr", "crt", "ext"))
+    ext.write_text("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=kubelet",
+             "-keyout", str(key), "-out", str(csr))  # fmt: skip
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key), "-CAcreateserial",
+             "-days", str(days), "-extfile", str(ext), "-out", str(cert))  # fmt: skip
+    return cert, key
+
+
+def serve_tls(netns: str, port: int, state: dict) -> socket.socket:
+    """A TLS endpoint on 127.0.0.1:`port` inside the agent's network namespace; `state["context"]`
+    is the certificate it serves (swapped to renew)."""
+    listener = _in_netns(netns, lambda: socket.create_server(("127.0.0.1", port)))
+
+    def run():
+        while True:
+            try:
+                raw, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                with state["context"].wrap_socket(raw, server_side=True) as conn:
+                    conn.recv(1)
+            except (ssl.SSLError, OSError):
+                pass
+
+    threading.Thread(target=run, daemon=True).start()
+    return listener
+
+
+def test_a_certificate_close_to_expiry_alerts_and_a_renewed_one_resolves(prod_plan, tmp_path):
+    ca_key, ca_cert = make_ca(tmp_path, "rke2-ca")
+    contexts = {}
+    for days, name in ((5, "expiring"), (300, "renewed")):
+        cert, key = server_cert(tmp_path, ca_key, ca_cert, days, name)
+        contexts[name] = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        contexts[name].load_cert_chain(cert, key)
+    state = {"context": contexts["expiring"]}
+    node = node_names(prod_plan, "cpu")[0]
+    psk = secrets.token_hex(32)
+    config, run = daemonset_agent(prod_plan, node, psk)
+    with zabbix70("agent2-certs", with_server=True) as z:
+        api = login(z.url, DEFAULT_ADMIN, DEFAULT_PASSWORD)
+        api.configuration.import_(format="yaml", source=template_sources()["certificates"][1], rules=IMPORT_RULES)
+        for macro, (value, _) in global_macros(load(stack_doc("prod")).monitoring, "https://zabbix.example").items():
+            api.usermacro.createglobal(macro=macro, value=value)
+        hostid = _host_with_active_item(api, node, psk)
+        template = api.template.get(filter={"host": CERT_TEMPLATE}, output=["templateid"])[0]["templateid"]
+        api.host.update(hostid=hostid, templates=[{"templateid": template}],
+                        macros=[{"macro": "{$CERT.ENDPOINTS}", "value": f"127.0.0.1:{PORT}"},
+                                {"macro": "{$CERT.INTERVAL}", "value": "5s"},
+                                {"macro": "{$CERT.LLD.INTERVAL}", "value": "10s"}])  # fmt: skip
+        forwards = {("127.0.0.1", 10051): ("127.0.0.1", z.server_port)}
+        hosts = {name: "127.0.0.1" for name in server_names(config)}
+        with run_agent2(config, run["files"], groups=run["groups"], hosts=hosts, forwards=forwards) as agent:
+            listener = serve_tls(agent.netns, PORT, state)
+            try:
+                name = f"Certificate of 127.0.0.1:{PORT} expires"
+                _wait(lambda: _value(api, hostid, name) == PROBLEM, 180, lambda: (triggers(api, hostid), agent.log()))
+                state["context"] = contexts["renewed"]
+                _wait(lambda: _value(api, hostid, name) == OK, 120, lambda: triggers(api, hostid))
+            finally:
+                listener.close()
