@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -49,6 +49,48 @@ PROFILE_NOTES = [
 ]
 
 
+# The same figures on the program before agents stopped waiting for every server and Node labels moved
+# from per-node SSH steps on the init server to Node patches: `make bench` on commit a68dfef, 2026-11-25
+# 09:55 UTC, on this 2-CPU machine shared with other agents (load average about 1.5 to 2).
+BEFORE = {
+    "prod": {"wall": 1.7, "mib": 156, "chain": 7, "minutes": {64: 21.2}, "busiest": 55, "median": 3},
+    "50": {"wall": 1.7, "mib": 154, "chain": 7, "minutes": {64: 21.2}},
+    "200": {"wall": 3.2, "mib": 266, "chain": 7, "minutes": {128: 23.1}},
+    "1000": {"wall": 12.7, "mib": 859, "chain": 9, "minutes": {128: 58.2, 192: 46.8}, "busiest": 1005, "median": 2},
+}
+
+
+def before_and_after(results: list[Result]) -> list[str]:
+    """The headline figures next to the ones measured before (BEFORE)."""
+    lines = [
+        "## Before and after",
+        "",
+        "Before: the same benchmark on the program whose agents waited for every server and whose Node",
+        "labels and taints were one SSH step per node on the init server (commit a68dfef, 2026-11-25, this",
+        "machine, shared with other agents: wall times vary by tens of percent between runs).",
+        "",
+        "| figure | inventory | before | after |",
+        "|---|---|---:|---:|",
+    ]
+    for r in results:
+        before = BEFORE.get(r.label)
+        if before is None:
+            continue
+        lines.append(f"| longest host-command chain | {r.label} | {before['chain']} | {r.chain} |")
+        for p, minutes in sorted(before["minutes"].items()):
+            if p in r.schedules:
+                after = _minutes(r.schedules[p].makespan)
+                lines.append(f"| modeled bring-up at --parallel {p}, min | {r.label} | {minutes} | {after} |")
+        if "busiest" in before:
+            busiest, count = r.busiest_host()
+            lines.append(f"| SSH sessions on the busiest host | {r.label} | {before['busiest']} | {count} |")
+            median = sorted(r.sessions_by_host.values())[len(r.sessions_by_host) // 2]
+            lines.append(f"| SSH sessions per host (median) | {r.label} | {before['median']} | {median} |")
+        lines.append(f"| preview wall s | {r.label} | {before['wall']} | {r.wall_seconds:.1f} |")
+        lines.append(f"| preview peak MiB | {r.label} | {before['mib']} | {r.peak_mib:.0f} |")
+    return lines
+
+
 def recommended_parallel(nodes: int) -> int:
     return next(p for limit, p in RECOMMENDED if nodes <= limit)
 
@@ -69,6 +111,11 @@ class Result:
     schedules: dict[int, makespan.Schedule]
     init_server: str
     nas_hosts: list[str]
+    sessions_by_host: Counter = field(default_factory=Counter)
+    """SSH sessions a fresh bring-up opens to each host (host steps with a create command)."""
+
+    def busiest_host(self) -> tuple[str, int]:
+        return max(sorted(self.sessions_by_host.items()), key=lambda item: item[1])
 
 
 def preview(config: Path, out: Path) -> tuple[float, float]:
@@ -103,7 +150,7 @@ def node_classes(raw: dict[str, Any]) -> dict[str, str]:
 
 
 def steps_per_node(plan: dict[str, Any], classes: dict[str, str]) -> dict[str, str]:
-    per_node = Counter(makespan.node_of(r["name"], classes) for r in plan["resources"] if r["type"] == makespan.COMMAND)
+    per_node = Counter(makespan.node_of(r["name"], classes) for r in plan["resources"] if makespan.opens_ssh(r))
     out = {}
     for kind in ("server", "CPU agent", "storage host", "GPU node"):
         counts = sorted({per_node[name] for name, k in classes.items() if k == kind})
@@ -136,7 +183,8 @@ def measure(label: str, raw: dict[str, Any], workdir: Path, parallels: tuple[int
         label=label,
         nodes=nodes,
         resources=len(plan["resources"]),
-        host_steps=sum(r["type"] == makespan.COMMAND for r in plan["resources"]),
+        host_steps=sum(makespan.opens_ssh(r) for r in plan["resources"]),
+        sessions_by_host=Counter(targets[r["urn"]] for r in plan["resources"] if makespan.opens_ssh(r)),
         wall_seconds=wall,
         peak_mib=peak,
         steps_per_node=steps_per_node(plan, node_classes(raw)),
@@ -168,7 +216,7 @@ def report(results: list[Result], profile_md: str = "") -> str:
         f"Measured on the machine that ran `make bench` ({os.cpu_count()} CPUs, shared): wall time and peak",
         "resident memory of `python -m stacks.plan` as a subprocess, plan JSON written.",
         "",
-        "| inventory | nodes | resources | host steps | preview wall s | peak memory MiB |",
+        "| inventory | nodes | resources | host steps at create | preview wall s | peak memory MiB |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     lines += [
@@ -182,8 +230,8 @@ def report(results: list[Result], profile_md: str = "") -> str:
         "",
         "## Shape",
         "",
-        "Host steps named after each node (prepare, RKE2, membership, and the hardware steps of its role), and",
-        "the longest chain of host commands that must run one after another.",
+        "Host steps that connect at create, named after each node (prepare, RKE2, and the hardware steps of",
+        "its role), and the longest chain of host commands that must run one after another.",
         "",
         "| inventory | nodes | " + " | ".join(f"steps per {k}" for k in kinds) + " | longest host-command chain |",
         "|---|---:|" + "---:|" * len(kinds) + "---:|",
@@ -214,34 +262,45 @@ def report(results: list[Result], profile_md: str = "") -> str:
         "",
         "## What a `--parallel` costs in SSH connections",
         "",
-        "Every running host step is one SSH connection from the machine running Pulumi. pulumi-command dials",
-        "the bastion once per step (its `Dial`: a new client to the proxy, then a channel to the host), so the",
-        "bastion holds as many connections as steps run, up to `--parallel`; the first `--parallel` steps",
-        "(every node's prepare step) start together, so that many handshakes arrive at once. Membership steps",
-        "and the kubeconfig step log in to the init server; NAS steps to their NAS host. Peaks from the model:",
+        "Every running host step is one SSH connection from the machine running Pulumi, with one session on",
+        "its host. pulumi-command dials the bastion once per step (its `Dial`: a new client to the proxy, then",
+        "a channel to the host), so the bastion holds as many connections as steps run, up to `--parallel`,",
+        "and the first `--parallel` steps (every node's prepare step) start together: that many handshakes",
+        "arrive at once. A node's membership step has no command at create and opens no connection then",
+        "(only its delete drains, on the init server); labels and taints go through the Kubernetes API.",
+        "Sessions per host over a whole fresh bring-up, and the model's peaks at once:",
         "",
-        "| inventory | nodes | --parallel | bastion (all host steps) | init server | busiest NAS host |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| inventory | nodes | sessions per node (median) | busiest host: sessions | --parallel | "
+        "bastion at once | init server at once | busiest NAS host at once |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
     ]
     for r in results:
+        busiest, count = r.busiest_host()
+        median = sorted(r.sessions_by_host.values())[len(r.sessions_by_host) // 2]
         for p, s in sorted(r.schedules.items()):
             nas = max((s.peak_by_target.get(h, 0) for h in r.nas_hosts), default=0)
             rec = " (recommended)" if p == recommended_parallel(r.nodes) else ""
             init = s.peak_by_target.get(r.init_server, 0)
-            lines.append(f"| {r.label} | {r.nodes} | {p}{rec} | {s.peak_ssh} | {init} | {nas} |")
+            lines.append(
+                f"| {r.label} | {r.nodes} | {median} | {busiest}: {count} | {p}{rec} | {s.peak_ssh} | {init} | {nas} |"
+            )
     lines += [
         "",
         "sshd counts connections that have not authenticated yet against `MaxStartups` (default `10:30:100`:",
         "from 10 pending it drops 30% of new ones, rising to all at 100), not established ones. pulumi-command",
         "retries a refused dial (`ssh.dialErrorLimit`, default 10 tries) but a burst far above the limit exhausts",
-        "the tries. So on the bastion set `MaxStartups` above the recommended `--parallel`",
-        "(e.g. `300:30:600` for 256), and check that its connection-rate limits (firewall, `fail2ban`, a",
-        "cloud bastion's session quota) allow that many logins from the Pulumi machine within a few seconds.",
-        "Membership steps start as the RKE2 steps they wait for finish, in waves, so the init server can see",
-        "nearly `--parallel` logins at once, each running ~10 kubectl calls (~30-50 MB each while it runs):",
-        "set its `MaxStartups` above the init-server column too (e.g. `200:30:400` for 192) and give it the",
-        "memory. The recommended values: 64 up to 100 nodes, 128 up to 400, 192 up to 2000.",
-        "No host step targets a NAS host yet (MinioTier is not built); when it is, its steps show up here.",
+        "the tries. So on the bastion set `MaxStartups` above the `--parallel` you use (e.g. `200:30:400` for",
+        "192), and check that its connection-rate limits (firewall, `fail2ban`, a cloud bastion's session",
+        "quota) allow that many logins from the Pulumi machine within a few seconds. `MaxSessions` (default 10)",
+        "limits sessions per connection: each step opens one connection with one session on its host and a",
+        "forwarding channel on the bastion, so the default is enough. The nodes themselves, the init server",
+        "included, see a handful of sessions each, never many at once at create. Removing many nodes in one",
+        "`up` runs their drains on the init server at once (up to `--parallel`): raise its `MaxStartups` first.",
+        "The recommended values: " + ", ".join(f"{p} up to {limit} nodes" for limit, p in RECOMMENDED) + ".",
+        "",
+    ]
+    lines += before_and_after(results)
+    lines += [
         "",
         "## Per-step durations of the model",
         "",
