@@ -3,7 +3,6 @@ hosts: what a replace touches, in which order, and what each host script then do
 
 from __future__ import annotations
 
-import json
 import re
 
 from tests.conftest import ROOT
@@ -73,7 +72,8 @@ def test_rebuilding_the_init_server_drains_uninstalls_joins_and_relabels(prod_pl
     # with the replacement and labels the re-registered Node again (tests/test_cluster.py).
     assert "create" not in membership
     patch = prod_plan.named("cpu-01-labels-taints")
-    assert prod_plan.options[patch["urn"]]["propertyDependencies"]["metadata"] == [prod_plan.named("cpu-01-rke2")["urn"]]
+    rke2_urn = prod_plan.named("cpu-01-rke2")["urn"]
+    assert prod_plan.options[patch["urn"]]["propertyDependencies"]["metadata"] == [rke2_urn]
 
 
 def test_replacing_an_agents_rke2_step_replaces_only_its_membership(prod_plan):

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from components.cluster import GPU_TAINT
 from components.remote import SCRIPTS, script_text
 
 STUB = Path(__file__).parent / "stubs" / "kubectl"
