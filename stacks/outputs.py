@@ -140,6 +140,13 @@ CONTRACT: tuple[OutputSpec, ...] = (
         "Password of the Zabbix `Admin` user (the chart's default is replaced on the first up). Secret.",
     ),
     OutputSpec("monitoredHosts", "list[string]", False, "Hosts Zabbix monitors: every node, NAS host, cluster, Ceph."),
+    OutputSpec(
+        "acceptance",
+        "map[map[string]]",
+        False,
+        "The acceptance checks this `up` ran, by check id: `job`, `namespace`, `node` (or what it covers), "
+        "`advisory` and `timeoutSeconds`; their results: `python -m stacks.acceptance_report` (docs/acceptance.md).",
+    ),
 )
 
 

@@ -38,6 +38,7 @@ PUBLISHED: dict[str, tuple[str, bool]] = {
     "minioUsableFraction": ("number", False),
     "minioWriteToleranceHosts": ("integer", False),
     "monitoredHosts": ("list[string]", False),
+    "acceptance": ("map[map[string]]", False),
     "rdmaResourceName": ("string", False),
     "rke2Token": ("string", True),
     "storageClasses": ("map[string]", False),
