@@ -97,7 +97,8 @@ class AcceptanceSettings(Model):
     )
     gpu_nodes: Check = Field(
         default=Check(),
-        description="Every GPU node: the GPU Operator's validations, all inventory GPUs and the RDMA resource allocatable.",
+        description="Every GPU node: the GPU Operator's validations, all inventory GPUs and the RDMA resource "
+        "allocatable.",
     )
     nccl: NcclCheck = Field(default=NcclCheck(), description="NCCL all-reduce over InfiniBand and NVLink.")
     storage: StorageCheck = Field(
