@@ -1,7 +1,7 @@
 #!/bin/sh
 # Shared by every acceptance check (prepended to it): the one result line a check ends with.
 # CHECK (the check's name), NODE (where it ran, or what it covers) and ADVISORY come from the Job.
-# shellcheck disable=SC2034  # the checks read these
+# shellcheck disable=SC2034,SC2329  # variables and helpers the checks use
 : "${CHECK:?}" "${NODE:=}" "${ADVISORY:=false}"
 
 # finish STATUS VALUE FLOOR UNIT DETAIL: print `ACCEPTANCE {json}` and end the check. A failed check
