@@ -436,10 +436,9 @@ def _fabricated(tmp_path: Path, advisory: bool) -> tuple[Path, Path]:
     }
     logs = tmp_path / "logs"
     logs.mkdir()
-    line = (
-        'ACCEPTANCE {"check":"gpu-gpu-07","node":"gpu-07","status":"failed","value":"7","floor":"8",'
-        '"unit":"GPUs","advisory":%s,"detail":"the pod sees 7 GPUs, the inventory gives 8"}' % str(advisory).lower()
-    )
+    result = {"check": "gpu-gpu-07", "node": "gpu-07", "status": "failed", "value": "7", "floor": "8", "unit": "GPUs"}
+    result.update(advisory=advisory, detail="the pod sees 7 GPUs, the inventory gives 8")
+    line = "ACCEPTANCE " + json.dumps(result)
     (logs / "gpu-gpu-07.log").write_text(f"some output\n{line}\n")
     (logs / "nccl-ib.log").write_text(
         'ACCEPTANCE {"check":"nccl-ib","node":"gpu-03,gpu-04","status":"passed","value":"45.2","floor":"40.0",'
