@@ -89,7 +89,7 @@ class AcceptanceSettings(Model):
     )
     gpu_image: Image = Field(
         default=GPU_IMAGE,
-        description="Image of the GPU node and NCCL checks (bash, python3 with torch and NCCL); pinned by tag, "
+        description="Image of the GPU node and NCCL checks (sh, python3 with torch and its NCCL); pinned by tag, "
         "pulled through the containerd mirrors like every other image.",
     )
     tools_image: Image = Field(
