@@ -52,6 +52,19 @@ DRIFT_FILES = (
     "/var/lib/rancher/rke2/agent/pod-manifests/kube-vip.yaml",
 )
 PROBE_NAME = "drift-probe"
+# The checks that run in team and backup namespaces meet the `restricted` Pod Security Standard, the
+# strictest level a team's namespaces may have (`scheduling.teams[].podSecurity`).
+NCCL_VOLUMES = [
+    {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+    {"name": "home", "emptyDir": {}},
+]
+RESTRICTED = {
+    "runAsNonRoot": True,
+    "runAsUser": 65534,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 
 
 @dataclass(frozen=True)
@@ -116,7 +129,8 @@ class AcceptanceChecks(pulumi.ComponentResource):
                 f"{name}-scripts-{ns}",
                 metadata={"name": CHECKS_CONFIGMAP, "namespace": ns, "labels": {CHECK_LABEL: "scripts"}},
                 data=scripts,
-                opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace])),
+                # After the platform: the team and backup namespaces are its components'.
+                opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(self._ready))),
             )
             for ns in namespaces
         ]
@@ -205,6 +219,8 @@ class AcceptanceChecks(pulumi.ComponentResource):
                 ),
                 # A Job's template cannot change: a new run is a new Job.
                 delete_before_replace=True,
+                # Kueue admits a queued Job by clearing `suspend`: not a change to undo on the next up.
+                ignore_changes=["spec.suspend"] if queue else None,
             ),
         )
         self.results[check_id] = {
@@ -278,7 +294,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
                             ]
                         }
                     },
-                    "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}],
+                    "volumes": NCCL_VOLUMES,
                 },
             )
             k8s.core.v1.Service(
@@ -305,7 +321,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
                 extra={
                     "nodeSelector": {"kubernetes.io/hostname": node.name},
                     "tolerations": [gpu_toleration()],
-                    "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}],
+                    "volumes": NCCL_VOLUMES,
                 },
             )
 
@@ -375,6 +391,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
                     {"name": "ca", "mountPath": "/ca", "readOnly": True},
                     {"name": "work", "mountPath": "/work"},
                 ],
+                "securityContext": RESTRICTED,
             }
             self._job(
                 "storage-s3",
@@ -397,6 +414,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
             "command": ["sh", "/checks/gang.sh"],
             "env": [{"name": "QUEUE", "value": queue}, {"name": "PODS", "value": str(pods)}],
             "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "64Mi"}},
+            "securityContext": RESTRICTED,
         }
         self._job(
             f"gang-{team}",
@@ -521,7 +539,9 @@ def nccl_container(
             {"name": "MASTER", "value": master},
             {"name": "MAX_BYTES", "value": settings.nccl.message_size},
             {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "HOME", "value": "/tmp"},
         ],
         "resources": {"limits": limits},
-        "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
+        "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "home", "mountPath": "/tmp"}],
+        "securityContext": RESTRICTED,
     }

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from components.acceptance import CHECKS, CHECKS_CONFIGMAP, SCRIPTS, check_program
-from stacks import acceptance_report
+from stacks import acceptance_report, engine
 from tests.conftest import evaluate, problems
 from tests.s3server import serve_s3
 from tests.test_scripts import _shellcheck
@@ -479,3 +479,35 @@ def test_a_check_without_a_result_counts_as_failed(tmp_path, capsys):
         "acceptance check gpu-gpu-08 failed on gpu-08: no result from Job ml-platform-acceptance/acceptance-gpu-gpu-08"
         in capsys.readouterr().err
     )
+
+
+def test_checks_in_team_and_backup_namespaces_meet_the_restricted_pod_security_standard(prod_plan):
+    # A team's namespaces may enforce `restricted`: its checks must be admitted there.
+    outside = [j for j in jobs(prod_plan).values() if j["inputs"]["metadata"]["namespace"] != "ml-platform-acceptance"]
+    assert {j["inputs"]["metadata"]["name"] for j in outside} >= {"acceptance-nccl-ib", "acceptance-storage-s3"}
+    for job in outside:
+        context = job["inputs"]["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+        assert context["runAsNonRoot"] is True and context["allowPrivilegeEscalation"] is False
+        assert context["capabilities"] == {"drop": ["ALL"]} and context["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert "hostPath" not in json.dumps(job["inputs"]["spec"])
+
+
+def test_a_failed_check_fails_the_run_naming_the_check_and_the_node(monkeypatch):
+    # What the engine does when the provider reports the Job failed (its pod exited 1, as the scripts do
+    # on a failure above): the run fails at that resource, whose name carries the check and the node.
+    echo = engine._RecordingMonitor._echo
+
+    def failing(self, request):
+        if request.type == JOB and request.name == "acceptance-gpu-gpu-07":
+            raise RuntimeError('Job "acceptance-gpu-gpu-07" failed: BackoffLimitExceeded')
+        return echo(self, request)
+
+    monkeypatch.setattr(engine._RecordingMonitor, "_echo", failing)
+    with pytest.raises(Exception, match="acceptance-gpu-gpu-07"):
+        evaluate("prod")
+
+    # Advisory: the script exits 0 on a failure, the Job completes, the run goes on (the report lists it).
+    monkeypatch.setattr(engine._RecordingMonitor, "_echo", echo)
+    plan = evaluate("prod", lambda raw: raw.update(acceptance={"gpuNodes": {"advisory": True}}))
+    env = jobs(plan)["acceptance-gpu-gpu-07"]["inputs"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "ADVISORY", "value": "true"} in env
