@@ -80,6 +80,11 @@ DURATIONS: dict[str, tuple[int, str]] = {
         300,
         "the CNI DaemonSet must roll out on every node (image pull on each) before Helm's wait ends",
     ),
+    "acceptance check": (
+        180,
+        "a Job the engine waits for: its image from a near registry mirror (the GPU checks' PyTorch image is "
+        "several GB: about a minute), then seconds (storage, scheduling) to a few minutes (NCCL sweep)",
+    ),
     "API object": (5, "one API request: a Kubernetes object, or a MinIO bucket/user/policy (dynamic provider)"),
     "no work": (0, "components, providers, generated passwords and TLS keys take no time to speak of"),
 }
@@ -98,6 +103,8 @@ def step_kind(resource: Mapping[str, Any]) -> str:
         if script == "rke2-install.sh":
             return f"rke2-install.sh {rke2_role(create)}"
         return script if script in DURATIONS else "other host script"
+    if type_ == "kubernetes:batch/v1:Job":
+        return "acceptance check"
     if type_.startswith("kubernetes:helm.sh/"):
         return "CNI release" if resource["inputs"].get("chart") in CNI_CHARTS else "helm release"
     return "API object"

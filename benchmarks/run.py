@@ -200,7 +200,7 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f}"
 
 
-def report(results: list[Result], profile_md: str = "") -> str:
+def report(results: list[Result], profile_md: str = "", load: Optional[tuple[float, float]] = None) -> str:
     parallels = sorted({p for r in results for p in r.schedules})
     lines = [
         "# Scale benchmarks",
@@ -213,8 +213,11 @@ def report(results: list[Result], profile_md: str = "") -> str:
         "",
         "## Offline preview",
         "",
-        f"Measured on the machine that ran `make bench` ({os.cpu_count()} CPUs, shared): wall time and peak",
-        "resident memory of `python -m stacks.plan` as a subprocess, plan JSON written.",
+        f"Measured on the machine that ran `make bench` ({os.cpu_count()} CPUs, shared with other work"
+        + (f"; 1-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end" if load else "")
+        + f", {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}): wall time and peak",
+        "resident memory of `python -m stacks.plan` as a subprocess, plan JSON written. On a loaded machine",
+        "wall times grow with the load; memory does not.",
         "",
         "| inventory | nodes | resources | host steps at create | preview wall s | peak memory MiB |",
         "|---|---:|---:|---:|---:|---:|",
@@ -317,15 +320,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--profile", type=int, metavar="N", help="add a cProfile summary of an N-node preview")
     parser.add_argument("--out", type=Path, help="write the Markdown report here (else standard output)")
     args = parser.parse_args(argv)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         results = [measure("prod", prod_config(), Path(tmp))]
         results += [measure(str(n), inventory(n), Path(tmp)) for n in args.nodes]
+    load = (load_before, os.getloadavg()[0])
     profile_md = ""
     if args.profile:
         from benchmarks import profile
 
         profile_md = profile.report(args.profile)
-    text = report(results, profile_md)
+    text = report(results, profile_md, load)
     if args.out:
         args.out.write_text(text)
         print(f"wrote {args.out}")

@@ -85,6 +85,8 @@ def test_durations_by_kind_of_step(prod_plan):
     assert kinds["gpu-01-membership"] == "no work"  # nothing runs at create: only its delete drains
     assert kinds["cpu-04-ceph-disks"] == "ceph-osd-devices.sh"
     assert kinds["cluster-kubeconfig"] == "read-kubeconfig.sh"
+    job = next(r["name"] for r in prod_plan.resources if r["type"] == "kubernetes:batch/v1:Job")
+    assert kinds[job] == "acceptance check"  # awaited until the check finished, not one API call
     assert kinds["nas-01-minio"] == "minio-nas.sh"
     assert kinds["upgrades-pre-upgrade-snapshot"] == "pre-upgrade.sh"
     cni = [
