@@ -175,12 +175,14 @@ def simulate(
     deps: Mapping[str, set[str]],
     parallel: int,
     targets: Optional[Mapping[str, str]] = None,
+    without: Collection[str] = (),
 ) -> Schedule:
     """First come, first served list scheduling under `parallel` (0: unbounded).
 
-    `targets`: the host each host step connects to, by URN, for the peak-connection counts."""
+    `targets`: the host each host step connects to, by URN, for the peak-connection counts.
+    `without`: kinds of step taken as instant (e.g. the acceptance checks, to compare bring-ups)."""
     targets = targets or {}
-    duration = {u: step_seconds(r) for u, r in res.items()}
+    duration = {u: 0 if step_kind(r) in without else step_seconds(r) for u, r in res.items()}
     waiting = {u: set(ds) for u, ds in deps.items()}
     dependents: dict[str, list[str]] = {}
     for u, ds in deps.items():

@@ -29,6 +29,7 @@ from benchmarks.inventory import ROOT, inventory, prod_config, stack_file
 from stacks import engine
 
 PARALLELS = (64, 128, 192, 256)
+CHECKS = ("acceptance check",)
 # --parallel recommended for a bring-up, by node count (up to and including): docs and README.
 RECOMMENDED = ((100, 64), (400, 128), (2000, 192))
 
@@ -50,13 +51,32 @@ PROFILE_NOTES = [
 
 
 # The same figures on the program before agents stopped waiting for every server and Node labels moved
-# from per-node SSH steps on the init server to Node patches: `make bench` on commit a68dfef, 2026-11-25
-# 09:55 UTC, on this 2-CPU machine shared with other agents (load average about 1.5 to 2).
+# from per-node SSH steps on the init server to Node patches (commit a68dfef, this 2-CPU machine shared
+# with other agents): `make bench` at 09:55 UTC, load average about 1.5-2 ("wall"); the preview's CPU time
+# at 10:46-10:54 UTC, load average about 6 ("cpu"). There were no acceptance checks then.
 BEFORE = {
-    "prod": {"wall": 1.7, "mib": 156, "chain": 7, "minutes": {64: 21.2}, "busiest": 55, "median": 3},
-    "50": {"wall": 1.7, "mib": 154, "chain": 7, "minutes": {64: 21.2}},
-    "200": {"wall": 3.2, "mib": 266, "chain": 7, "minutes": {128: 23.1}},
-    "1000": {"wall": 12.7, "mib": 859, "chain": 9, "minutes": {128: 58.2, 192: 46.8}, "busiest": 1005, "median": 2},
+    "prod": {
+        "resources": 401,
+        "wall": 1.7,
+        "cpu": 2.2,
+        "mib": 156,
+        "chain": 7,
+        "minutes": {64: 21.2},
+        "busiest": 55,
+        "median": 3,
+    },
+    "50": {"resources": 397, "wall": 1.7, "cpu": 2.3, "mib": 154, "chain": 7, "minutes": {64: 21.2}},
+    "200": {"resources": 1113, "wall": 3.2, "cpu": 4.1, "mib": 266, "chain": 7, "minutes": {128: 23.1}},
+    "1000": {
+        "resources": 4932,
+        "wall": 12.7,
+        "cpu": 15.3,
+        "mib": 859,
+        "chain": 9,
+        "minutes": {128: 58.2, 192: 46.8},
+        "busiest": 1005,
+        "median": 2,
+    },
 }
 
 
@@ -65,9 +85,11 @@ def before_and_after(results: list[Result]) -> list[str]:
     lines = [
         "## Before and after",
         "",
-        "Before: the same benchmark on the program whose agents waited for every server and whose Node",
-        "labels and taints were one SSH step per node on the init server (commit a68dfef, 2026-11-25, this",
-        "machine, shared with other agents: wall times vary by tens of percent between runs).",
+        "Before: the program whose agents waited for every server and whose Node labels and taints were one",
+        "SSH step per node on the init server (commit a68dfef, 2026-11-25, this machine; see BEFORE in",
+        "`benchmarks/run.py` for when and at which load each figure was taken). It had no acceptance checks:",
+        "compare its bring-up with the after column without checks. Wall times on this shared machine move",
+        "with the load of the other agents (see the preview table above): compare CPU seconds.",
         "",
         "| figure | inventory | before | after |",
         "|---|---|---:|---:|",
@@ -79,13 +101,20 @@ def before_and_after(results: list[Result]) -> list[str]:
         lines.append(f"| longest host-command chain | {r.label} | {before['chain']} | {r.chain} |")
         for p, minutes in sorted(before["minutes"].items()):
             if p in r.schedules:
-                after = _minutes(r.schedules[p].makespan)
-                lines.append(f"| modeled bring-up at --parallel {p}, min | {r.label} | {minutes} | {after} |")
+                bare, full = _minutes(r.without_checks[p]), _minutes(r.schedules[p].makespan)
+                lines.append(
+                    f"| modeled bring-up at --parallel {p}, min (checks not counted) | {r.label} | {minutes} | {bare} |"
+                )
+                lines.append(
+                    f"| modeled bring-up at --parallel {p}, min, with the acceptance checks | {r.label} | - | {full} |"
+                )
         if "busiest" in before:
             busiest, count = r.busiest_host()
             lines.append(f"| SSH sessions on the busiest host | {r.label} | {before['busiest']} | {count} |")
             median = sorted(r.sessions_by_host.values())[len(r.sessions_by_host) // 2]
             lines.append(f"| SSH sessions per host (median) | {r.label} | {before['median']} | {median} |")
+        lines.append(f"| resources in the plan | {r.label} | {before['resources']} | {r.resources} |")
+        lines.append(f"| preview CPU s | {r.label} | {before['cpu']} | {r.cpu_seconds:.1f} |")
         lines.append(f"| preview wall s | {r.label} | {before['wall']} | {r.wall_seconds:.1f} |")
         lines.append(f"| preview peak MiB | {r.label} | {before['mib']} | {r.peak_mib:.0f} |")
     return lines
@@ -103,6 +132,8 @@ class Result:
     resources: int
     host_steps: int
     wall_seconds: float
+    cpu_seconds: float
+    """User and system CPU time of the preview process: steadier than wall time on a shared machine."""
     peak_mib: float
     steps_per_node: dict[str, str]
     """Host steps named after a node, by kind of node ('3' or '3-4')."""
@@ -111,6 +142,8 @@ class Result:
     schedules: dict[int, makespan.Schedule]
     init_server: str
     nas_hosts: list[str]
+    without_checks: dict[int, float] = field(default_factory=dict)
+    """Modeled bring-up with the acceptance checks taken as instant: what the bring-up itself takes."""
     sessions_by_host: Counter = field(default_factory=Counter)
     """SSH sessions a fresh bring-up opens to each host (host steps with a create command)."""
 
@@ -118,8 +151,8 @@ class Result:
         return max(sorted(self.sessions_by_host.items()), key=lambda item: item[1])
 
 
-def preview(config: Path, out: Path) -> tuple[float, float]:
-    """(wall seconds, peak resident MiB) of `python -m stacks.plan bench --config CONFIG --out OUT`."""
+def preview(config: Path, out: Path) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds, peak resident MiB) of `python -m stacks.plan bench --config CONFIG --out OUT`."""
     start = time.perf_counter()
     child = subprocess.Popen(
         [sys.executable, "-m", "stacks.plan", "bench", "--config", str(config), "--out", str(out)],
@@ -131,7 +164,7 @@ def preview(config: Path, out: Path) -> tuple[float, float]:
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
         raise RuntimeError(f"offline preview of {config} exited {child.returncode}")
-    return wall, usage.ru_maxrss / 1024  # Linux: KiB
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024  # Linux: KiB
 
 
 def node_classes(raw: dict[str, Any]) -> dict[str, str]:
@@ -174,7 +207,7 @@ def measure(label: str, raw: dict[str, Any], workdir: Path, parallels: tuple[int
     config = workdir / f"Pulumi.bench-{label}.yaml"
     config.write_text(stack_file(raw))
     out = workdir / f"plan-{label}.json"
-    wall, peak = preview(config, out)
+    wall, cpu, peak = preview(config, out)
     plan = json.loads(out.read_text())
     targets = step_targets("bench", config, raw)
     res, deps = makespan.graph(plan)
@@ -186,11 +219,13 @@ def measure(label: str, raw: dict[str, Any], workdir: Path, parallels: tuple[int
         host_steps=sum(makespan.opens_ssh(r) for r in plan["resources"]),
         sessions_by_host=Counter(targets[r["urn"]] for r in plan["resources"] if makespan.opens_ssh(r)),
         wall_seconds=wall,
+        cpu_seconds=cpu,
         peak_mib=peak,
         steps_per_node=steps_per_node(plan, node_classes(raw)),
         chain=makespan.longest_host_chain(plan),
         graph_limit=makespan.simulate(res, deps, 0).makespan,
         schedules={p: makespan.simulate(res, deps, p, targets) for p in parallels},
+        without_checks={p: makespan.simulate(res, deps, p, without=CHECKS).makespan for p in parallels},
         init_server=raw["cluster"]["initServer"],
         nas_hosts=[h["name"] for h in raw["nas"]["hosts"]],
     )
@@ -219,11 +254,12 @@ def report(results: list[Result], profile_md: str = "", load: Optional[tuple[flo
         "resident memory of `python -m stacks.plan` as a subprocess, plan JSON written. On a loaded machine",
         "wall times grow with the load; memory does not.",
         "",
-        "| inventory | nodes | resources | host steps at create | preview wall s | peak memory MiB |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| inventory | nodes | resources | host steps at create | preview wall s | preview CPU s | peak memory MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [
-        f"| {r.label} | {r.nodes} | {r.resources} | {r.host_steps} | {r.wall_seconds:.1f} | {r.peak_mib:.0f} |"
+        f"| {r.label} | {r.nodes} | {r.resources} | {r.host_steps} | {r.wall_seconds:.1f} | {r.cpu_seconds:.1f} "
+        f"| {r.peak_mib:.0f} |"
         for r in results
     ]
     kinds = [
@@ -249,10 +285,13 @@ def report(results: list[Result], profile_md: str = "", load: Optional[tuple[flo
         "",
         "`benchmarks/makespan.py`: the plan's dependency graph scheduled first come, first served under",
         "`--parallel`, with the per-step durations below. The graph limit is the schedule with unbounded",
-        "parallelism. **Bold**: the recommended `--parallel` for that size.",
+        "parallelism. **Bold**: the recommended `--parallel` for that size. Every `up` now ends with the",
+        "acceptance checks; the last column is the bring-up at the recommended `--parallel` without them.",
         "",
-        "| inventory | nodes | graph limit | " + " | ".join(f"--parallel {p}" for p in parallels) + " |",
-        "|---|---:|---:|" + "---:|" * len(parallels),
+        "| inventory | nodes | graph limit | "
+        + " | ".join(f"--parallel {p}" for p in parallels)
+        + " | recommended, checks not counted |",
+        "|---|---:|---:|" + "---:|" * len(parallels) + "---:|",
     ]
     for r in results:
         cells = []
@@ -260,7 +299,8 @@ def report(results: list[Result], profile_md: str = "", load: Optional[tuple[flo
             s = r.schedules.get(p)
             cell = _minutes(s.makespan) if s else ""
             cells.append(f"**{cell}**" if p == recommended_parallel(r.nodes) else cell)
-        lines.append(f"| {r.label} | {r.nodes} | {_minutes(r.graph_limit)} | " + " | ".join(cells) + " |")
+        bare = _minutes(r.without_checks[recommended_parallel(r.nodes)])
+        lines.append(f"| {r.label} | {r.nodes} | {_minutes(r.graph_limit)} | " + " | ".join(cells) + f" | {bare} |")
     lines += [
         "",
         "## What a `--parallel` costs in SSH connections",

@@ -38,6 +38,8 @@ from settings.acceptance import AcceptanceSettings, Check
 CHECKS = Path(__file__).parent / "checks"
 SCRIPTS = ("gpu-node.sh", "nccl.sh", "storage.sh", "s3.sh", "gang.sh", "zabbix.sh", "drift-probe.sh")
 CHECKS_CONFIGMAP = "acceptance-checks"
+# On each scripts ConfigMap: the checks' home namespace (which waits for the whole platform).
+HOME_ANNOTATION = "ml-platform.io/acceptance-namespace"
 CHECK_LABEL = "ml-platform.io/acceptance"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 RUN_ANNOTATION = "ml-platform.io/acceptance-run"
@@ -122,19 +124,28 @@ class AcceptanceChecks(pulumi.ComponentResource):
         namespaces = sorted({settings.namespace, *(ns for ns, _ in args.team_queues.values())})
         if args.s3 is not None:
             namespaces = sorted({*namespaces, args.s3.namespace})
-        self._ready: list[pulumi.Resource] = [namespace, *args.platform_ready]
+        # Everything below waits for the namespace, which waits for the whole platform. That wait is a
+        # data dependency (the namespace's name in an annotation), not `depends_on`: the SDK walks every
+        # `depends_on` target's own `depends_on` graph to rule out cycles, and from the namespace that is
+        # the whole platform, for each of hundreds of checks (a 1000-node preview spent a third of its time there).
+        home = namespace.metadata.apply(lambda meta: meta.name)
         scripts = {script: check_program(script) for script in (*SCRIPTS, "allreduce.py")}
-        self._ready += [
-            k8s.core.v1.ConfigMap(
+        self._scripts = {
+            ns: k8s.core.v1.ConfigMap(
                 f"{name}-scripts-{ns}",
-                metadata={"name": CHECKS_CONFIGMAP, "namespace": ns, "labels": {CHECK_LABEL: "scripts"}},
+                metadata={
+                    "name": CHECKS_CONFIGMAP,
+                    "namespace": ns,
+                    "labels": {CHECK_LABEL: "scripts"},
+                    "annotations": {HOME_ANNOTATION: home},
+                },
                 data=scripts,
-                # After the platform: the team and backup namespaces are its components'.
-                opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(self._ready))),
+                opts=child,
             )
             for ns in namespaces
-        ]
+        }
         self._name = name
+        self._extra_deps: dict[str, list[pulumi.Resource]] = {}
         if settings.gpu_nodes.enabled:
             for node in [n for n in args.nodes if n.gpu is not None]:
                 self._gpu_node(node)
@@ -213,7 +224,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=self._args.provider,
-                depends_on=self._ready,
+                depends_on=[self._scripts[namespace], *self._extra_deps.get(check_id, [])],
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{check.timeout_seconds}s", update=f"{check.timeout_seconds}s"
                 ),
@@ -305,7 +316,9 @@ class AcceptanceChecks(pulumi.ComponentResource):
                     "selector": {"ml-platform.io/check": "nccl-ib"},
                     "ports": [{"name": "rendezvous", "port": 29500}],
                 },
-                opts=pulumi.ResourceOptions(parent=self, provider=self._args.provider, depends_on=self._ready),
+                opts=pulumi.ResourceOptions(
+                    parent=self, provider=self._args.provider, depends_on=[self._scripts[namespace]]
+                ),
             )
         multi_gpu = [n for n in gpu_nodes if n.gpu and n.gpu.count >= 2]
         if multi_gpu:
@@ -433,9 +446,11 @@ class AcceptanceChecks(pulumi.ComponentResource):
             f"{self._name}-zabbix-token",
             metadata={"name": "acceptance-zabbix-token", "namespace": settings.namespace},
             string_data={"token": pulumi.Output.secret(self._args.zabbix_token)},
-            opts=pulumi.ResourceOptions(parent=self, provider=self._args.provider, depends_on=self._ready),
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=self._args.provider, depends_on=[self._scripts[settings.namespace]]
+            ),
         )
-        self._ready.append(token)
+        self._extra_deps["monitoring"] = [token]
         container = {
             "name": "check",
             "image": settings.tools_image,
@@ -504,7 +519,9 @@ class AcceptanceChecks(pulumi.ComponentResource):
                     },
                 },
             },
-            opts=pulumi.ResourceOptions(parent=self, provider=self._args.provider, depends_on=self._ready),
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=self._args.provider, depends_on=[self._scripts[settings.namespace]]
+            ),
         )
 
 

@@ -60,6 +60,8 @@ ROLE_LABEL = "ml-platform.io/role"
 CONFIG_DIR = "/etc/rancher/rke2"
 TOKEN_FILE = f"{CONFIG_DIR}/join-token"
 AGENT_TOKEN_FILE = f"{CONFIG_DIR}/agent-token"
+# libyaml's safe dumper where PyYAML has it (a 1000-node preview renders 1000 configs): the same text.
+SAFE_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 # On the Node: which install of the node (RKE2 step) its labels and taints were applied for.
 INSTALL_ANNOTATION = "ml-platform.io/rke2-install"
 
@@ -432,7 +434,9 @@ def rke2_params(
         "INSTALLER_URL": cluster.install.installer_url,
         "ARTIFACT_URL": cluster.install.artifact_url or "",
         "INSTALL_METHOD": cluster.install.method,
-        "RKE2_CONFIG": yaml.safe_dump(rke2_config(node, is_init, cluster, network, server_config), sort_keys=True),
+        "RKE2_CONFIG": yaml.dump(
+            rke2_config(node, is_init, cluster, network, server_config), Dumper=SAFE_DUMPER, sort_keys=True
+        ),
         "REGISTRIES_YAML": registries_yaml(cluster),
         "KUBE_VIP_MANIFEST": kube_vip_manifest(cluster) if node.control_plane else "",
         # Joiners wait until the registration address answers before they start. The init server

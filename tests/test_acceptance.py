@@ -46,9 +46,14 @@ def test_every_check_is_a_job_the_engine_waits_for_with_a_bounded_timeout(prod_p
         assert container["command"][0] == "sh" and container["command"][1].startswith("/checks/"), name
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["ADVISORY"] == "false" and env["CHECK"] == name.removeprefix("acceptance-")
-    # Every check waits for the platform it exercises.
+    # Every check waits for the platform it exercises: through its namespace, which waits for every
+    # component (the engine waits for dependencies transitively).
+    namespace = prod_plan.named("acceptance-namespace")
+    scripts = prod_plan.named("acceptance-scripts-ml-platform-acceptance")
+    assert scripts["urn"] in found["acceptance-monitoring"]["dependencies"]
+    assert namespace["urn"] in scripts["dependencies"]  # the namespace's name flows into the ConfigMap
     for component in ("ZabbixMonitoring", "CephTier", "GpuPool", "SchedulingStack", "MinioTier"):
-        assert any(f":{component}$" in d for d in found["acceptance-monitoring"]["dependencies"]), component
+        assert any(f":{component}$" in d for d in namespace["dependencies"]), component
 
 
 def test_gpu_node_check_requests_the_inventory_gpus_and_rdma(prod_plan):
