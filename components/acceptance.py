@@ -30,7 +30,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.cluster import GPU_TAINT, taint_object
-from components.minio_backup import CA_CONFIGMAP, SECRET_NAME
+from components.minio_backup import CA_CONFIGMAP, rclone_secret
 from components.namespaces import platform_namespace
 from settings import NodeSettings
 from settings.acceptance import AcceptanceSettings, Check
@@ -71,11 +71,13 @@ RESTRICTED = {
 
 @dataclass(frozen=True)
 class S3Target:
-    """Where the backup identity's rclone remote lives (a backup source namespace) and its bucket."""
+    """The backup identity of one backup source: its namespace (where its rclone Secret and the CA
+    are), the bucket, the backup image, and the source, whose prefix is all that identity may write."""
 
     namespace: str
     bucket: str
     image: str
+    source: str
 
 
 @dataclass(frozen=True)
@@ -391,9 +393,10 @@ class AcceptanceChecks(pulumi.ComponentResource):
                 "name": "check",
                 "image": s3.image,
                 "command": ["sh", "/checks/s3.sh"],
-                "envFrom": [{"secretRef": {"name": SECRET_NAME}}],
+                "envFrom": [{"secretRef": {"name": rclone_secret(s3.source)}}],
                 "env": [
                     {"name": "BUCKET", "value": s3.bucket},
+                    {"name": "PREFIX", "value": s3.source},
                     {"name": "SIZE_MIB", "value": str(min(check.size_mib, 256))},
                     {"name": "FLOOR_MIB_S", "value": str(check.floor_mib_s)},
                     {"name": "WORK", "value": "/work"},

@@ -275,6 +275,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
                 backup_sources[0].namespace,
                 settings.storage.minio.cephfs_backup_bucket,
                 settings.storage.minio.backup.image,
+                backup_sources[0].name,
             )
             if backup_sources and settings.nas.hosts
             else None,

@@ -1,11 +1,12 @@
 #!/bin/sh
-# S3 round trip on MinIO as the backup identity (the rclone remote `nas` of the backup Secret): put an
-# object of SIZE_MIB under acceptance/ in BUCKET, get it back and compare, delete it.
-# Parameters: BUCKET SIZE_MIB FLOOR_MIB_S WORK (a scratch directory)
+# S3 round trip on MinIO as a backup identity (the rclone remote `nas` of a backup source's Secret): put
+# an object of SIZE_MIB in BUCKET under PREFIX (the source's prefix, all that identity may write), get it
+# back and compare, delete it. The backup's next sync would remove a leftover object there anyway.
+# Parameters: BUCKET PREFIX SIZE_MIB FLOOR_MIB_S WORK (a scratch directory)
 set -eu
-: "${BUCKET:?}" "${SIZE_MIB:?}" "${FLOOR_MIB_S:?}" "${WORK:=/tmp}"
+: "${BUCKET:?}" "${PREFIX:?}" "${SIZE_MIB:?}" "${FLOOR_MIB_S:?}" "${WORK:=/tmp}"
 
-object="nas:$BUCKET/acceptance/$(hostname)"
+object="nas:$BUCKET/$PREFIX/.acceptance-$(hostname)"
 dd if=/dev/urandom of="$WORK/put" bs=1M count="$SIZE_MIB" 2>/dev/null
 start=$(date +%s)
 rclone copyto "$WORK/put" "$object" || finish failed "" "$FLOOR_MIB_S" MiB/s "put of $object failed"
