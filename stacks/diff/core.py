@@ -292,7 +292,9 @@ def _dynamic_deletes_first(resource: dict[str, Any]) -> bool:
 def _host(resource: dict[str, Any]) -> Optional[str]:
     if resource["type"] != "command:remote:Command":
         return None
-    return command_env(resource["inputs"].get("create")).get("NODE_NAME")
+    inputs = resource["inputs"]
+    # A step that runs only at delete (a node's membership) names its node there.
+    return command_env(inputs.get("create") or inputs.get("delete")).get("NODE_NAME")
 
 
 # ---------------------------------------------------------------------------------------------
