@@ -13,9 +13,10 @@ covers (`acceptance-gpu-gpu-07`), and its pod's log says what failed. An advisor
 failure in its result line and succeeds. Every check ends with one line `ACCEPTANCE {json}`
 (components/checks/lib.sh) that `python -m stacks.acceptance_report` collects after the `up`.
 
-The checks run again when the platform's settings change (their pod template carries a hash of them: a
-changed Job template replaces the Job) or when `acceptance.run` is raised; an `up` with unchanged
-settings re-runs nothing. The check scripts are static files in components/checks/, mounted from a
+A check runs again when the settings it exercises change (its pod template carries a hash of them,
+`exercised_settings`: a changed Job template replaces the Job) or when `acceptance.run` is raised; a
+change elsewhere (a threshold, a node's labels, the RKE2 version, another team) leaves it alone, and an
+`up` with unchanged settings re-runs nothing. The check scripts are static files in components/checks/, mounted from a
 ConfigMap.
 """
 
@@ -32,7 +33,8 @@ import pulumi_kubernetes as k8s
 from components.cluster import GPU_TAINT, taint_object
 from components.minio_backup import CA_CONFIGMAP, rclone_secret
 from components.namespaces import platform_namespace
-from settings import NodeSettings
+from components.remote import fingerprint
+from settings import NodeSettings, Settings
 from settings.acceptance import AcceptanceSettings, Check
 
 CHECKS = Path(__file__).parent / "checks"
@@ -94,8 +96,9 @@ class AcceptanceChecksArgs:
     s3: Optional[S3Target]
     zabbix_url: str
     zabbix_token: pulumi.Input[str]
-    platform_hash: str
-    """A hash of the validated settings: the checks run again when it changes."""
+    exercised: Mapping[str, str]
+    """Check kind -> a hash of the settings that kind exercises (`exercised_settings`): a check runs
+    again when its hash changes."""
     provider: k8s.Provider
     platform_ready: Sequence[pulumi.Resource]
     """Everything the checks exercise: they start once it is all in place."""
@@ -168,6 +171,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
 
     def _job(
         self,
+        kind: str,
         check_id: str,
         check: Check,
         namespace: str,
@@ -205,7 +209,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
             "template": {
                 "metadata": {
                     "labels": {CHECK_LABEL: "check", "ml-platform.io/check": check_id},
-                    "annotations": {RUN_ANNOTATION: f"{self._args.platform_hash}-{self._args.acceptance.run}"},
+                    "annotations": {RUN_ANNOTATION: f"{self._args.exercised[kind]}-{self._args.acceptance.run}"},
                 },
                 "spec": pod_spec,
             },
@@ -264,6 +268,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
             "volumeMounts": [{"name": "validations", "mountPath": "/run/nvidia/validations", "readOnly": True}],
         }
         self._job(
+            "gpu",
             f"gpu-{node.name}",
             settings.gpu_nodes,
             settings.namespace,
@@ -287,6 +292,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
             gpus = min(n.gpu.count for n in ib_nodes[:2] if n.gpu)
             job_name = "acceptance-nccl-ib"
             self._job(
+                "gpu",
                 "nccl-ib",
                 settings.nccl,
                 namespace,
@@ -327,6 +333,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
             node = multi_gpu[0]
             assert node.gpu is not None
             self._job(
+                "gpu",
                 "nccl-nvlink",
                 settings.nccl,
                 namespace,
@@ -359,6 +366,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
             }
             access = "ReadWriteMany" if tier == "tier2Shared" else "ReadWriteOnce"
             self._job(
+                "storage",
                 f"storage-{tier.lower()}",
                 check,
                 settings.namespace,
@@ -410,6 +418,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
                 "securityContext": RESTRICTED,
             }
             self._job(
+                "s3",
                 "storage-s3",
                 check,
                 s3.namespace,
@@ -433,6 +442,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
             "securityContext": RESTRICTED,
         }
         self._job(
+            "scheduling",
             f"gang-{team}",
             settings.scheduling,
             namespace,
@@ -467,6 +477,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
             "volumeMounts": [{"name": "token", "mountPath": "/secret", "readOnly": True}],
         }
         self._job(
+            "monitoring",
             "monitoring",
             settings.monitoring,
             settings.namespace,
@@ -526,6 +537,42 @@ class AcceptanceChecks(pulumi.ComponentResource):
                 parent=self, provider=self._args.provider, depends_on=[self._scripts[settings.namespace]]
             ),
         )
+
+
+def exercised_settings(settings: Settings) -> dict[str, str]:
+    """Check kind -> a hash of the settings that kind of check exercises (beyond what its own Job spec
+    names: its node, GPU count, storage class, queue, host list). A change there runs those checks again;
+    any other change (thresholds, alert channels, node labels, the RKE2 version, which upgrades through
+    its own Plans) leaves them alone."""
+    charts = settings.charts
+    monitoring = settings.monitoring
+    parts: dict[str, tuple[Any, ...]] = {
+        # GPU nodes and NCCL: the GPU Operator and its driver, the InfiniBand/RDMA stack.
+        "gpu": (settings.gpu, settings.network.infiniband, charts.gpu_operator, charts.network_operator),
+        # Tiers 1 and 2: local NVMe and Ceph, their provisioners.
+        "storage": (
+            settings.gpu.tier1,
+            settings.storage.ceph,
+            charts.local_static_provisioner,
+            charts.rook_ceph,
+            charts.ceph_csi_drivers,
+            charts.rook_ceph_cluster,
+        ),
+        # Tier 3: MinIO on the NAS hosts and its backup identities.
+        "s3": (settings.storage.minio, settings.nas),
+        # Gang admission through the teams' queues.
+        "scheduling": (settings.scheduling, charts.kueue, charts.volcano),
+        # Data reaching Zabbix: the server, web/API, agents; not thresholds or alert channels.
+        "monitoring": (
+            monitoring.model_dump(mode="json", exclude={"thresholds", "alerting"}),
+            charts.zabbix,
+            charts.kube_state_metrics,
+        ),
+    }
+    return {
+        kind: fingerprint(*(p if isinstance(p, dict) else p.model_dump(mode="json") for p in group))
+        for kind, group in parts.items()
+    }
 
 
 def check_program(script: str) -> str:

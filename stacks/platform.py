@@ -18,14 +18,14 @@ from typing import Any, Optional
 import pulumi
 import pulumi_random as random
 
-from components.acceptance import AcceptanceChecks, AcceptanceChecksArgs, S3Target
+from components.acceptance import AcceptanceChecks, AcceptanceChecksArgs, S3Target, exercised_settings
 from components.ceph_tier import CephTier, CephTierArgs
 from components.cluster import ClusterBootstrap, ClusterBootstrapArgs
 from components.gpu_pool import GpuPool, GpuPoolArgs
 from components.minio_tier import MinioTier, MinioTierArgs, etcd_s3_server_config
 from components.network_fabric import NetworkFabric, NetworkFabricArgs
 from components.public_contract import PublicContract, PublicContractArgs
-from components.remote import fingerprint, host_accesses
+from components.remote import host_accesses
 from components.scheduling_stack import SchedulingStack, SchedulingStackArgs
 from components.training_operators import TrainingOperators, TrainingOperatorsArgs
 from components.upgrades import ClusterUpgrades, ClusterUpgradesArgs
@@ -298,7 +298,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             else None,
             zabbix_url=monitoring.url,
             zabbix_token=monitoring.api_token,
-            platform_hash=fingerprint(settings.model_dump_json()),
+            exercised=exercised_settings(settings),
             provider=cluster.provider,
             platform_ready=[network, gpu, ceph, minio, scheduling, monitoring],
         ),

@@ -103,7 +103,7 @@ def test_no_ssh_session_per_node_on_the_init_server_at_create(prod_plan):
         "cluster-kubeconfig",
         "cpu-01-prepare",
         "cpu-01-rke2",
-        "upgrades-pre-upgrade-snapshot",
+        "upgrades-node-versions",
     ]
     membership = prod_plan.named("gpu-01-membership")["inputs"]
     assert "create" not in membership and "update" not in membership and "node-remove.sh" in membership["delete"]
