@@ -354,25 +354,6 @@ def test_a_rename_leaves_the_live_hosts_rke2_alone(host, lab_plan):
     assert host.file("/usr/local/bin/rke2-uninstall.sh").exists()
 
 
-def test_the_pre_upgrade_snapshot_is_saved_once(host):
-    host.register("lab-server")
-    (host.fake / "ping-ok").touch()
-    assert host.run(lab_params("lab-server")).returncode == 0
-    params = {"RKE2_VERSION": "v1.35.8+rke2r1"}
-    saved = host.run(params, script="pre-upgrade.sh")
-    assert saved.returncode == 0, saved.stderr
-    assert "rke2 etcd-snapshot save --name pre-upgrade-v1.35.8+rke2r1" in host.calls()
-    assert "changed: saved etcd snapshot pre-upgrade-v1.35.8+rke2r1 (RKE2 v1.35.7+rke2r1 runs here)" in saved.stdout
-    # RKE2 names the file <name>-<node>-<timestamp>; once it is on disk a re-run keeps it.
-    snapshots = host.file("/var/lib/rancher/rke2/server/db/snapshots")
-    snapshots.mkdir(parents=True)
-    (snapshots / "pre-upgrade-v1.35.8+rke2r1-lab-server-1790000000").touch()
-    before = len(host.calls())
-    again = host.run(params, script="pre-upgrade.sh")
-    assert again.returncode == 0 and "changed:" not in again.stdout
-    assert host.calls()[before:] == []
-
-
 def _prod_server_params(name: str) -> dict[str, str]:
     return _plan_params(evaluate("prod"), f"{name}-rke2")
 
