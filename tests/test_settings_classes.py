@@ -56,7 +56,12 @@ CREDENTIAL_NAME = re.compile(
 
 
 def test_every_credential_is_a_secret_field_of_the_secrets_model_only():
-    named = [(path, name) for path, name, _ in fields(Settings) if CREDENTIAL_NAME.search(name)]
+    # `..._secret_name` names a Kubernetes Secret object (where a credential lives), not a credential.
+    named = [
+        (path, name)
+        for path, name, _ in fields(Settings)
+        if CREDENTIAL_NAME.search(name) and not name.endswith("_secret_name")
+    ]
     # A plain settings field may name a credential only to say where it goes (a path, a user, a switch).
     assert named == [], f"credential-like settings fields must be Secret fields of StackSecrets: {named}"
     secret_in_plain = [path for path, _, info in fields(Settings) if SECRET in info.metadata]

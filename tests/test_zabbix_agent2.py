@@ -35,6 +35,8 @@ from tests.zabbix_agent2 import (
     secret_file,
 )
 
+pytestmark = pytest.mark.real_server  # make test-fast leaves these out
+
 ZABBIX = "monitoring-zabbix"
 PROBE_PORT = 10050  # the chart's liveness/startup probes: tcpSocket on the container port `zabbix-agent`
 

@@ -22,6 +22,8 @@ from tests.test_zabbix_triggers import PROBLEM, push, trappable, wait_for
 from tests.test_zabbix_triggers import dcgm as dcgm_sample
 from tests.zabbix70 import zabbix70
 
+pytestmark = pytest.mark.real_server  # make test-fast leaves these out
+
 
 class Receiver(ThreadingHTTPServer):
     def __init__(self):

@@ -10,6 +10,8 @@ import socket
 import ssl
 import threading
 
+import pytest
+
 from components.zabbix_api import DEFAULT_ADMIN, DEFAULT_PASSWORD, login
 from components.zabbix_kinds import IMPORT_RULES
 from components.zabbix_monitoring import CERT_TEMPLATE, global_macros, template_sources
@@ -21,6 +23,8 @@ from tests.test_zabbix_infiniband import _value, _wait
 from tests.test_zabbix_triggers import OK, PROBLEM, triggers
 from tests.zabbix70 import zabbix70
 from tests.zabbix_agent2 import _in_netns, run_agent2
+
+pytestmark = pytest.mark.real_server  # make test-fast leaves these out
 
 PORT = 10250  # the kubelet's, as the node's {$CERT.ENDPOINTS} names it
 

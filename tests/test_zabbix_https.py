@@ -18,6 +18,8 @@ from components.zabbix_objects import BootstrapProvider
 from tests.zabbix70 import free_port, zabbix70
 from tests.zabbix_agent2 import pipe
 
+pytestmark = pytest.mark.real_server  # make test-fast leaves these out
+
 
 def _openssl(*args: str) -> None:
     if not shutil.which("openssl"):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import secrets
 import time
 
+import pytest
+
 from components.zabbix_api import DEFAULT_ADMIN, DEFAULT_PASSWORD, login
 from components.zabbix_kinds import IMPORT_RULES
 from components.zabbix_monitoring import IB_TEMPLATE, ZABBIX_FILES, global_macros, template_sources
@@ -18,6 +20,8 @@ from tests.test_zabbix_agent2 import _host_with_active_item, daemonset_agent, no
 from tests.test_zabbix_triggers import OK, PROBLEM, triggers
 from tests.zabbix70 import zabbix70
 from tests.zabbix_agent2 import File, run_agent2
+
+pytestmark = pytest.mark.real_server  # make test-fast leaves these out
 
 SYSFS = "/hostfs/sys"
 PORTS = {("mlx5_0", "0000:17:00.0", "1"), ("mlx5_1", "0000:2a:00.0", "1"), ("mlx4_0", "0000:3b:00.0", "2")}

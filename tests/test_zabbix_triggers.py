@@ -30,6 +30,8 @@ from settings import load
 from tests.conftest import stack_doc
 from tests.zabbix70 import zabbix70
 
+pytestmark = pytest.mark.real_server  # make test-fast leaves these out
+
 PROBLEM, OK = "1", "0"
 
 
