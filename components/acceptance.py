@@ -101,7 +101,12 @@ class AcceptanceChecksArgs:
     again when its hash changes."""
     provider: k8s.Provider
     platform_ready: Sequence[pulumi.Resource]
-    """Everything the checks exercise: they start once it is all in place."""
+    """The cluster-wide parts the checks exercise (releases, buckets, queues; not per-node steps, so
+    adding a node does not touch every check): the checks start once they are all in place."""
+    node_ready: Mapping[str, pulumi.Resource]
+    """Node -> what makes it a labelled, tainted member (its Node patch): its own check waits for it."""
+    monitoring_ready: Sequence[pulumi.Resource]
+    """Everything that registers the hosts in Zabbix: the monitoring check waits for all of it."""
 
 
 class AcceptanceChecks(pulumi.ComponentResource):
@@ -150,7 +155,9 @@ class AcceptanceChecks(pulumi.ComponentResource):
             for ns in namespaces
         }
         self._name = name
-        self._extra_deps: dict[str, list[pulumi.Resource]] = {}
+        self._extra_deps: dict[str, list[pulumi.Resource]] = {
+            f"gpu-{node}": [ready] for node, ready in args.node_ready.items()
+        }
         if settings.gpu_nodes.enabled:
             for node in [n for n in args.nodes if n.gpu is not None]:
                 self._gpu_node(node)
@@ -181,6 +188,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
         pods: int = 1,
         queue: Optional[str] = None,
         extra: Optional[dict[str, Any]] = None,
+        resource_name: Optional[str] = None,
     ) -> k8s.batch.v1.Job:
         """One check's Job: bounded by the check's timeout, never retried (a failure is the result)."""
         job_name = f"acceptance-{check_id}"[:63].rstrip("-")
@@ -219,7 +227,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
         if queue:
             spec["suspend"] = True  # Kueue starts it once it admitted all its pods
         job = k8s.batch.v1.Job(
-            f"{self._name}-{check_id}",
+            resource_name or f"{self._name}-{check_id}",
             metadata={
                 "name": job_name,
                 "namespace": namespace,
@@ -274,6 +282,8 @@ class AcceptanceChecks(pulumi.ComponentResource):
             settings.namespace,
             node.name,
             container,
+            # Named after its node, like the node's other resources.
+            resource_name=f"{node.name}-{self._name}-gpu",
             extra={
                 "nodeSelector": {"kubernetes.io/hostname": node.name},
                 "tolerations": [gpu_toleration()],
@@ -463,7 +473,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
                 parent=self, provider=self._args.provider, depends_on=[self._scripts[settings.namespace]]
             ),
         )
-        self._extra_deps["monitoring"] = [token]
+        self._extra_deps["monitoring"] = [token, *self._args.monitoring_ready]
         container = {
             "name": "check",
             "image": settings.tools_image,

@@ -155,8 +155,9 @@ class ClusterBootstrap(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
 
+        self.node_patches: dict[str, k8s.core.v1.NodePatch] = {}
         for node in args.nodes:
-            self._labels_and_taints(node)
+            self.node_patches[node.name] = self._labels_and_taints(node)
             # Nothing at create (no SSH session); at delete, on the init server: cordon, drain, delete
             # the Node. Its trigger keeps the value it was deployed with when this step also labelled
             # the node, so stacks deployed before see an in-place update, not a drain of every node.

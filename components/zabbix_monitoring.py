@@ -469,6 +469,8 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             parent=self,
             depends_on=[namespace, db_secret, psk_secret, userparameters, ksm, *web_tls, *args.storage_ready],
         )
+        # The server, web/API and agents (not the per-host API objects): what checks of monitoring wait for.
+        self.ready: list[pulumi.Resource] = [ksm, chart]
         # Kubernetes >= 1.24 creates no token for a service account: the K8s templates' {$KUBE.API.TOKEN}
         # comes from this Secret, which the token controller fills in.
         self._token_secret = k8s.core.v1.Secret(

@@ -300,7 +300,9 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             zabbix_token=monitoring.api_token,
             exercised=exercised_settings(settings),
             provider=cluster.provider,
-            platform_ready=[network, gpu, ceph, minio, scheduling, monitoring],
+            platform_ready=[*network.ready, *gpu.ready, *ceph.ready, *minio.ready, scheduling, *monitoring.ready],
+            node_ready=cluster.node_patches,
+            monitoring_ready=[monitoring],
         ),
     )
     oidc = settings.cluster.oidc

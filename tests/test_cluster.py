@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import shlex
 from functools import cache
 
@@ -257,14 +258,36 @@ def _shrunk(raw):
     raw["nodes"] = [n for n in raw["nodes"] if n["name"] != "cpu-30"]
 
 
-@pytest.mark.parametrize(("edit", "node", "side"), [(_grown, "cpu-36", "added"), (_shrunk, "cpu-30", "removed")])
-def test_adding_or_removing_a_node_touches_only_its_own_resources(prod_plan, edit, node, side):
+def _gpu_grown(raw):
+    last = next(n for n in raw["nodes"] if n["name"] == "gpu-15")
+    node = {**copy.deepcopy(last), "name": "gpu-16", "address": "10.20.1.99"}
+    node["infiniband"]["address"] = "10.30.0.99"
+    raw["nodes"].append(node)
+
+
+HOSTS_PATH = "spec.template.spec.containers[name=check].env[name=HOSTS].value"
+GPU_OUTPUTS = {"acceptance", "gpuNodes", "gpuSchedulable", "gpuTotal"}
+
+
+@pytest.mark.parametrize(
+    ("edit", "node", "side", "gpu"),
+    [(_grown, "cpu-36", "added", False), (_shrunk, "cpu-30", "removed", False), (_gpu_grown, "gpu-16", "added", True)],
+)
+def test_adding_or_removing_a_node_touches_only_its_own_resources(prod_plan, edit, node, side, gpu):
     result = plan_cli.diff(_doc(prod_plan), _doc(evaluate("prod", edit)))
-    own = [f"{node}-labels-taints", f"{node}-membership", f"{node}-prepare", f"{node}-rke2", f"{node}-zabbix-host"]
-    assert sorted(u.rsplit("::", 1)[1] for u in result[side]) == own
+    own = ["labels-taints", "membership", "prepare", "rke2", "zabbix-host"]
+    if gpu:  # its InfiniBand and NVMe steps, and its own acceptance check
+        own += ["infiniband", "nvme", "acceptance-gpu"]
+    assert sorted(u.rsplit("::", 1)[1] for u in result[side]) == sorted(f"{node}-{suffix}" for suffix in own)
     other = "removed" if side == "added" else "added"
-    assert result[other] == [] and result["changed"] == {}
-    assert result["outputs"] == {"monitoredHosts": "changed"}
+    assert result[other] == []
+    # Beyond the node's own resources, only the monitoring check runs again: it proves every host in
+    # the inventory (the new one included, the removed one no longer) reports to Zabbix.
+    assert {u.rsplit("::", 1)[1]: paths for u, paths in result["changed"].items()} == {
+        "acceptance-monitoring": ["dependencies", f"inputs.{HOSTS_PATH}"]
+    }
+    outputs = {"monitoredHosts", *(GPU_OUTPUTS if gpu else ())}
+    assert result["outputs"] == dict.fromkeys(sorted(outputs), "changed")
 
 
 def test_removal_drains_then_uninstalls_also_on_replace(prod_plan):
