@@ -505,13 +505,13 @@ def test_a_failed_check_fails_the_run_naming_the_check_and_the_node(monkeypatch)
     echo = engine._RecordingMonitor._echo
 
     def failing(self, request):
-        if request.type == JOB and request.name == "acceptance-gpu-gpu-07":
-            raise RuntimeError('Job "acceptance-gpu-gpu-07" failed: BackoffLimitExceeded')
+        if request.type == JOB and request.name == "gpu-07-acceptance-gpu":
+            raise RuntimeError('Job "ml-platform-acceptance/acceptance-gpu-gpu-07" failed: BackoffLimitExceeded')
         return echo(self, request)
 
     monkeypatch.setattr(engine._RecordingMonitor, "_echo", failing)
     with pytest.raises(Exception, match="acceptance-gpu-gpu-07"):
-        evaluate("prod")
+        evaluate("prod")  # the resource (gpu-07-acceptance-gpu) and its Job name the node
 
     # Advisory: the script exits 0 on a failure, the Job completes, the run goes on (the report lists it).
     monkeypatch.setattr(engine._RecordingMonitor, "_echo", echo)
