@@ -482,6 +482,9 @@ class AcceptanceChecks(pulumi.ComponentResource):
                 {"name": "ZABBIX_URL", "value": self._args.zabbix_url},
                 {"name": "HOSTS", "value": " ".join(self._args.monitored_hosts)},
                 {"name": "MAX_AGE", "value": str(settings.monitoring.max_age_seconds)},
+                # Ask again for hosts without data until a minute before the Job's deadline, so a node
+                # that joined in this `up` has time to report, and the check still ends with its result.
+                {"name": "WAIT", "value": str(max(0, settings.monitoring.timeout_seconds - 60))},
                 {"name": "TOKEN_FILE", "value": "/secret/token"},
             ],
             "volumeMounts": [{"name": "token", "mountPath": "/secret", "readOnly": True}],

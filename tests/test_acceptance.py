@@ -409,6 +409,40 @@ printf '{{"jsonrpc":"2.0","result":[],"id":1}}'
     assert '"auth":"secret-api-token"' in (tmp_path / "request").read_text()
 
 
+@pytest.mark.parametrize(("wait", "code"), [("30", 0), ("0", 1)])
+def test_monitoring_asks_again_for_a_host_that_registers_late(tmp_path, wait, code):
+    # cpu-05 has no data at the first question and fresh data from the second on: with time left
+    # (WAIT) the check asks again and passes; without, it fails naming the host.
+    (tmp_path / "token").write_text("secret-api-token")
+    wget = f"""for a in "$@"; do [ "${{next:-}}" = 1 ] && request=$a; next=; [ "$a" = --post-file ] && next=1; done
+echo x >>"{tmp_path}/asked"
+if grep -q '"host":"cpu-05"' "$request" && [ "$(grep -c x "{tmp_path}/asked")" -le 2 ]; then
+  printf '{{"jsonrpc":"2.0","result":[],"id":1}}'
+else
+  printf '{{"jsonrpc":"2.0","result":[{{"itemid":"7","lastclock":"1400"}}],"id":1}}'
+fi
+"""
+    proc = run_check(
+        "zabbix.sh",
+        tmp_path,
+        {"wget": wget},
+        CHECK="monitoring",
+        ZABBIX_URL="http://zabbix:31080",
+        HOSTS="gpu-01 cpu-05",
+        MAX_AGE="600",
+        TOKEN_FILE=str(tmp_path / "token"),
+        NOW="1500",
+        WAIT=wait,
+        RETRY_EVERY="0",
+    )
+    assert proc.returncode == code, proc.stderr
+    asked = (tmp_path / "asked").read_text().count("x")
+    if code:
+        assert asked == 2 and "failed on cpu-05" in proc.stderr
+    else:  # the second round asks only for the host that was missing
+        assert asked == 3 and result_line(proc)["status"] == "passed"
+
+
 def test_gang_check_reports_the_queue(tmp_path):
     proc = run_check("gang.sh", tmp_path, {}, CHECK="gang-vision", NODE="vision", QUEUE="team-queue", PODS="2")
     assert proc.returncode == 0 and "LocalQueue team-queue" in result_line(proc)["detail"]

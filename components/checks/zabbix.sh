@@ -3,10 +3,12 @@
 # MAX_AGE seconds ago. Asks the Zabbix API (item.get, one host at a time) with the API token from
 # TOKEN_FILE, which goes in the request body (never on a command line): Zabbix 7.0 still accepts `auth`
 # there (deprecated since 6.4).
-# Parameters: ZABBIX_URL HOSTS ("host host ...") MAX_AGE TOKEN_FILE NOW (tests only)
+# A host without fresh data is asked again every RETRY_EVERY seconds for up to WAIT seconds (a node
+# that joined in the same `up` registers its agent a little after the check starts).
+# Parameters: ZABBIX_URL HOSTS ("host host ...") MAX_AGE TOKEN_FILE WAIT RETRY_EVERY NOW (tests only)
 set -eu
-: "${ZABBIX_URL:?}" "${HOSTS:?}" "${MAX_AGE:?}" "${TOKEN_FILE:?}"
-now=${NOW:-$(date +%s)}
+: "${ZABBIX_URL:?}" "${HOSTS:?}" "${MAX_AGE:?}" "${TOKEN_FILE:?}" "${WAIT:=0}" "${RETRY_EVERY:=30}"
+started=$(date +%s)
 
 request=$(mktemp)
 trap 'rm -f "$request"' EXIT
@@ -24,12 +26,19 @@ lastclock() {
   printf '%s' "$response" | sed -n 's/.*"lastclock" *: *"\([0-9]*\)".*/\1/p' | head -n 1
 }
 
-stale="" oldest=0
-for host in $HOSTS; do
-  clock=$(lastclock "$host")
-  age=$((now - ${clock:-0}))
-  [ "$age" -gt "$oldest" ] && oldest=$age
-  if [ -z "$clock" ] || [ "$clock" = 0 ] || [ "$age" -gt "$MAX_AGE" ]; then stale="$stale $host"; fi
+pending=$HOSTS oldest=0
+while :; do
+  now=${NOW:-$(date +%s)}
+  stale=""
+  for host in $pending; do
+    clock=$(lastclock "$host")
+    age=$((now - ${clock:-0}))
+    [ "$age" -gt "$oldest" ] && oldest=$age
+    if [ -z "$clock" ] || [ "$clock" = 0 ] || [ "$age" -gt "$MAX_AGE" ]; then stale="$stale $host"; fi
+  done
+  [ -n "$stale" ] && [ $(($(date +%s) - started)) -lt "$WAIT" ] || break
+  pending=$stale
+  sleep "$RETRY_EVERY"
 done
 if [ -n "$stale" ]; then
   # shellcheck disable=SC2034  # read by finish (lib.sh)
