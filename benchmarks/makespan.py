@@ -3,8 +3,10 @@
 List scheduling of the plan's graph, with two refinements over a uniform model:
 
 - Durations by kind of step, each with the reason it is plausible (DURATIONS below), instead of one
-  figure for every SSH step: a membership step is a handful of kubectl calls on the init server,
-  not two minutes of package installation.
+  figure for every SSH step: a CA-hash read is one sha256sum, not two minutes of package installation.
+  A host step with nothing to run at create (a node's membership: only its delete drains) takes no time
+  and opens no SSH connection. A joining server waits on its host for the servers before it
+  (JOIN_AFTER), so its step lasts one server join per server in front of it, plus its own.
 - The queue is first come, first served. The engine starts a step only when the program registers
   it, and the SDK registers a resource only once everything it depends on is done (pulumi/pulumi,
   pkg/resource/deploy/step_executor.go: "language hosts can only invoke the resource monitor once
@@ -42,15 +44,14 @@ DURATIONS: dict[str, tuple[int, str]] = {
         "installer and tarball download, first etcd and API server start, pulls of the control-plane "
         "images, then waits until the VIP answers: 'a first server start takes a few minutes'",
     ),
-    "rke2-install.sh server": (240, "as the init server, plus etcd member join and learner promotion"),
+    "rke2-install.sh server": (
+        240,
+        "as the init server, plus etcd member join and learner promotion; a server with others before it "
+        "in JOIN_AFTER waits for them first: 240 s per server in front of it",
+    ),
     "rke2-install.sh agent": (
         120,
         "installer and ~40 MB tarball, rke2-agent start, runtime image pull, kubelet registration (60-120 s)",
-    ),
-    "node-membership.sh": (
-        15,
-        "one SSH login through the bastion (1-2 s) and ~10 kubectl get/label/taint/annotate calls on the "
-        "init server (~0.3 s each); the node is already registered (its RKE2 step waited for that)",
     ),
     "pre-upgrade.sh": (
         20,
@@ -80,6 +81,11 @@ DURATIONS: dict[str, tuple[int, str]] = {
         300,
         "the CNI DaemonSet must roll out on every node (image pull on each) before Helm's wait ends",
     ),
+    "acceptance check": (
+        180,
+        "a Job the engine waits for: its image from a near registry mirror (the GPU checks' PyTorch image is "
+        "several GB: about a minute), then seconds (storage, scheduling) to a few minutes (NCCL sweep)",
+    ),
     "API object": (5, "one API request: a Kubernetes object, or a MinIO bucket/user/policy (dynamic provider)"),
     "no work": (0, "components, providers, generated passwords and TLS keys take no time to speak of"),
 }
@@ -92,13 +98,32 @@ def step_kind(resource: Mapping[str, Any]) -> str:
         return "no work"
     if type_ == COMMAND:
         create = resource["inputs"].get("create", "")
+        if not create:
+            return "no work"  # pulumi-command connects only to run a command
         script = create.rsplit(" ", 1)[-1] if isinstance(create, str) else ""
         if script == "rke2-install.sh":
             return f"rke2-install.sh {rke2_role(create)}"
         return script if script in DURATIONS else "other host script"
+    if type_ == "kubernetes:batch/v1:Job":
+        return "acceptance check"
     if type_.startswith("kubernetes:helm.sh/"):
         return "CNI release" if resource["inputs"].get("chart") in CNI_CHARTS else "helm release"
     return "API object"
+
+
+def step_seconds(resource: Mapping[str, Any]) -> int:
+    """The modeled duration of one step: its kind's figure; a joining server's times the servers it
+    waits for on its host plus itself."""
+    kind = step_kind(resource)
+    seconds = DURATIONS[kind][0]
+    if kind == "rke2-install.sh server":
+        seconds *= 1 + len(command_env(resource["inputs"]["create"]).get("JOIN_AFTER", "").split())
+    return seconds
+
+
+def opens_ssh(resource: Mapping[str, Any]) -> bool:
+    """A host step that connects at create (one without a create command does not)."""
+    return resource["type"] == COMMAND and bool(resource["inputs"].get("create"))
 
 
 def rke2_role(create: str) -> str:
@@ -151,12 +176,14 @@ def simulate(
     deps: Mapping[str, set[str]],
     parallel: int,
     targets: Optional[Mapping[str, str]] = None,
+    without: Collection[str] = (),
 ) -> Schedule:
     """First come, first served list scheduling under `parallel` (0: unbounded).
 
-    `targets`: the host each host step connects to, by URN, for the peak-connection counts."""
+    `targets`: the host each host step connects to, by URN, for the peak-connection counts.
+    `without`: kinds of step taken as instant (e.g. the acceptance checks, to compare bring-ups)."""
     targets = targets or {}
-    duration = {u: DURATIONS[step_kind(r)][0] for u, r in res.items()}
+    duration = {u: 0 if step_kind(r) in without else step_seconds(r) for u, r in res.items()}
     waiting = {u: set(ds) for u, ds in deps.items()}
     dependents: dict[str, list[str]] = {}
     for u, ds in deps.items():
@@ -171,7 +198,7 @@ def simulate(
         while ready and (parallel <= 0 or len(running) < parallel):
             u = ready.popleft()
             heapq.heappush(running, (now + duration[u], u))
-            if res[u]["type"] == COMMAND:
+            if opens_ssh(res[u]):
                 host = targets.get(u, "?")
                 ssh[host] = ssh.get(host, 0) + 1
                 schedule.peak_by_target[host] = max(schedule.peak_by_target.get(host, 0), ssh[host])
@@ -183,7 +210,7 @@ def simulate(
         newly_ready = []
         for u in finished:
             done += 1
-            if res[u]["type"] == COMMAND:
+            if opens_ssh(res[u]):
                 ssh[targets.get(u, "?")] -= 1
             for v in dependents.get(u, []):
                 waiting[v].discard(u)
@@ -197,14 +224,15 @@ def simulate(
 
 
 def longest_host_chain(plan: Mapping[str, Any]) -> int:
-    """The most host commands that must run one after another (through any resources between them)."""
+    """The most host commands that must run one after another at create (through any resources between
+    them); one with nothing to run at create does not count."""
     by_urn = {r["urn"]: r for r in plan["resources"]}
     depth: dict[str, int] = {}
 
     def visit(urn: str) -> int:
         if urn not in depth:
             r = by_urn.get(urn)
-            own = 1 if r is not None and r["type"] == COMMAND else 0
+            own = 1 if r is not None and opens_ssh(r) else 0
             below = [visit(d) for d in (r["dependencies"] if r else [])]
             depth[urn] = own + max(below, default=0)
         return depth[urn]

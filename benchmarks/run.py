@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -29,6 +29,7 @@ from benchmarks.inventory import ROOT, inventory, prod_config, stack_file
 from stacks import engine
 
 PARALLELS = (64, 128, 192, 256)
+CHECKS = ("acceptance check",)
 # --parallel recommended for a bring-up, by node count (up to and including): docs and README.
 RECOMMENDED = ((100, 64), (400, 128), (2000, 192))
 
@@ -49,6 +50,76 @@ PROFILE_NOTES = [
 ]
 
 
+# The same figures on the program before agents stopped waiting for every server and Node labels moved
+# from per-node SSH steps on the init server to Node patches (commit a68dfef, this 2-CPU machine shared
+# with other agents): `make bench` at 09:55 UTC, load average about 1.5-2 ("wall"); the preview's CPU time
+# at 10:46-10:54 UTC, load average about 6 ("cpu"). There were no acceptance checks then.
+BEFORE = {
+    "prod": {
+        "resources": 401,
+        "wall": 1.7,
+        "cpu": 2.2,
+        "mib": 156,
+        "chain": 7,
+        "minutes": {64: 21.2},
+        "busiest": 55,
+        "median": 3,
+    },
+    "50": {"resources": 397, "wall": 1.7, "cpu": 2.3, "mib": 154, "chain": 7, "minutes": {64: 21.2}},
+    "200": {"resources": 1113, "wall": 3.2, "cpu": 4.1, "mib": 266, "chain": 7, "minutes": {128: 23.1}},
+    "1000": {
+        "resources": 4932,
+        "wall": 12.7,
+        "cpu": 15.3,
+        "mib": 859,
+        "chain": 9,
+        "minutes": {128: 58.2, 192: 46.8},
+        "busiest": 1005,
+        "median": 2,
+    },
+}
+
+
+def before_and_after(results: list[Result]) -> list[str]:
+    """The headline figures next to the ones measured before (BEFORE)."""
+    lines = [
+        "## Before and after",
+        "",
+        "Before: the program whose agents waited for every server and whose Node labels and taints were one",
+        "SSH step per node on the init server (commit a68dfef, 2026-11-25, this machine; see BEFORE in",
+        "`benchmarks/run.py` for when and at which load each figure was taken). It had no acceptance checks:",
+        "compare its bring-up with the after column without checks. Wall times on this shared machine move",
+        "with the load of the other agents (see the preview table above): compare CPU seconds.",
+        "",
+        "| figure | inventory | before | after |",
+        "|---|---|---:|---:|",
+    ]
+    for r in results:
+        before = BEFORE.get(r.label)
+        if before is None:
+            continue
+        lines.append(f"| longest host-command chain | {r.label} | {before['chain']} | {r.chain} |")
+        for p, minutes in sorted(before["minutes"].items()):
+            if p in r.schedules:
+                bare, full = _minutes(r.without_checks[p]), _minutes(r.schedules[p].makespan)
+                lines.append(
+                    f"| modeled bring-up at --parallel {p}, min (checks not counted) | {r.label} | {minutes} | {bare} |"
+                )
+                lines.append(
+                    f"| modeled bring-up at --parallel {p}, min, with the acceptance checks | {r.label} | - | {full} |"
+                )
+        if "busiest" in before:
+            busiest, count = r.busiest_host()
+            lines.append(f"| SSH sessions on the busiest host | {r.label} | {before['busiest']} | {count} |")
+            median = sorted(r.sessions_by_host.values())[len(r.sessions_by_host) // 2]
+            lines.append(f"| SSH sessions per host (median) | {r.label} | {before['median']} | {median} |")
+        lines.append(f"| resources in the plan | {r.label} | {before['resources']} | {r.resources} |")
+        lines.append(f"| preview CPU s | {r.label} | {before['cpu']} | {r.cpu_seconds:.1f} |")
+        lines.append(f"| preview wall s | {r.label} | {before['wall']} | {r.wall_seconds:.1f} |")
+        lines.append(f"| preview peak MiB | {r.label} | {before['mib']} | {r.peak_mib:.0f} |")
+    return lines
+
+
 def recommended_parallel(nodes: int) -> int:
     return next(p for limit, p in RECOMMENDED if nodes <= limit)
 
@@ -61,6 +132,8 @@ class Result:
     resources: int
     host_steps: int
     wall_seconds: float
+    cpu_seconds: float
+    """User and system CPU time of the preview process: steadier than wall time on a shared machine."""
     peak_mib: float
     steps_per_node: dict[str, str]
     """Host steps named after a node, by kind of node ('3' or '3-4')."""
@@ -69,10 +142,17 @@ class Result:
     schedules: dict[int, makespan.Schedule]
     init_server: str
     nas_hosts: list[str]
+    without_checks: dict[int, float] = field(default_factory=dict)
+    """Modeled bring-up with the acceptance checks taken as instant: what the bring-up itself takes."""
+    sessions_by_host: Counter = field(default_factory=Counter)
+    """SSH sessions a fresh bring-up opens to each host (host steps with a create command)."""
+
+    def busiest_host(self) -> tuple[str, int]:
+        return max(sorted(self.sessions_by_host.items()), key=lambda item: item[1])
 
 
-def preview(config: Path, out: Path) -> tuple[float, float]:
-    """(wall seconds, peak resident MiB) of `python -m stacks.plan bench --config CONFIG --out OUT`."""
+def preview(config: Path, out: Path) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds, peak resident MiB) of `python -m stacks.plan bench --config CONFIG --out OUT`."""
     start = time.perf_counter()
     child = subprocess.Popen(
         [sys.executable, "-m", "stacks.plan", "bench", "--config", str(config), "--out", str(out)],
@@ -84,7 +164,7 @@ def preview(config: Path, out: Path) -> tuple[float, float]:
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
         raise RuntimeError(f"offline preview of {config} exited {child.returncode}")
-    return wall, usage.ru_maxrss / 1024  # Linux: KiB
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024  # Linux: KiB
 
 
 def node_classes(raw: dict[str, Any]) -> dict[str, str]:
@@ -103,7 +183,7 @@ def node_classes(raw: dict[str, Any]) -> dict[str, str]:
 
 
 def steps_per_node(plan: dict[str, Any], classes: dict[str, str]) -> dict[str, str]:
-    per_node = Counter(makespan.node_of(r["name"], classes) for r in plan["resources"] if r["type"] == makespan.COMMAND)
+    per_node = Counter(makespan.node_of(r["name"], classes) for r in plan["resources"] if makespan.opens_ssh(r))
     out = {}
     for kind in ("server", "CPU agent", "storage host", "GPU node"):
         counts = sorted({per_node[name] for name, k in classes.items() if k == kind})
@@ -127,7 +207,7 @@ def measure(label: str, raw: dict[str, Any], workdir: Path, parallels: tuple[int
     config = workdir / f"Pulumi.bench-{label}.yaml"
     config.write_text(stack_file(raw))
     out = workdir / f"plan-{label}.json"
-    wall, peak = preview(config, out)
+    wall, cpu, peak = preview(config, out)
     plan = json.loads(out.read_text())
     targets = step_targets("bench", config, raw)
     res, deps = makespan.graph(plan)
@@ -136,13 +216,16 @@ def measure(label: str, raw: dict[str, Any], workdir: Path, parallels: tuple[int
         label=label,
         nodes=nodes,
         resources=len(plan["resources"]),
-        host_steps=sum(r["type"] == makespan.COMMAND for r in plan["resources"]),
+        host_steps=sum(makespan.opens_ssh(r) for r in plan["resources"]),
+        sessions_by_host=Counter(targets[r["urn"]] for r in plan["resources"] if makespan.opens_ssh(r)),
         wall_seconds=wall,
+        cpu_seconds=cpu,
         peak_mib=peak,
         steps_per_node=steps_per_node(plan, node_classes(raw)),
         chain=makespan.longest_host_chain(plan),
         graph_limit=makespan.simulate(res, deps, 0).makespan,
         schedules={p: makespan.simulate(res, deps, p, targets) for p in parallels},
+        without_checks={p: makespan.simulate(res, deps, p, without=CHECKS).makespan for p in parallels},
         init_server=raw["cluster"]["initServer"],
         nas_hosts=[h["name"] for h in raw["nas"]["hosts"]],
     )
@@ -152,7 +235,7 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f}"
 
 
-def report(results: list[Result], profile_md: str = "") -> str:
+def report(results: list[Result], profile_md: str = "", load: Optional[tuple[float, float]] = None) -> str:
     parallels = sorted({p for r in results for p in r.schedules})
     lines = [
         "# Scale benchmarks",
@@ -165,14 +248,18 @@ def report(results: list[Result], profile_md: str = "") -> str:
         "",
         "## Offline preview",
         "",
-        f"Measured on the machine that ran `make bench` ({os.cpu_count()} CPUs, shared): wall time and peak",
-        "resident memory of `python -m stacks.plan` as a subprocess, plan JSON written.",
+        f"Measured on the machine that ran `make bench` ({os.cpu_count()} CPUs, shared with other work"
+        + (f"; 1-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end" if load else "")
+        + f", {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}): wall time and peak",
+        "resident memory of `python -m stacks.plan` as a subprocess, plan JSON written. On a loaded machine",
+        "wall times grow with the load; memory does not.",
         "",
-        "| inventory | nodes | resources | host steps | preview wall s | peak memory MiB |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| inventory | nodes | resources | host steps at create | preview wall s | preview CPU s | peak memory MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [
-        f"| {r.label} | {r.nodes} | {r.resources} | {r.host_steps} | {r.wall_seconds:.1f} | {r.peak_mib:.0f} |"
+        f"| {r.label} | {r.nodes} | {r.resources} | {r.host_steps} | {r.wall_seconds:.1f} | {r.cpu_seconds:.1f} "
+        f"| {r.peak_mib:.0f} |"
         for r in results
     ]
     kinds = [
@@ -182,8 +269,8 @@ def report(results: list[Result], profile_md: str = "") -> str:
         "",
         "## Shape",
         "",
-        "Host steps named after each node (prepare, RKE2, membership, and the hardware steps of its role), and",
-        "the longest chain of host commands that must run one after another.",
+        "Host steps that connect at create, named after each node (prepare, RKE2, and the hardware steps of",
+        "its role), and the longest chain of host commands that must run one after another.",
         "",
         "| inventory | nodes | " + " | ".join(f"steps per {k}" for k in kinds) + " | longest host-command chain |",
         "|---|---:|" + "---:|" * len(kinds) + "---:|",
@@ -198,10 +285,13 @@ def report(results: list[Result], profile_md: str = "") -> str:
         "",
         "`benchmarks/makespan.py`: the plan's dependency graph scheduled first come, first served under",
         "`--parallel`, with the per-step durations below. The graph limit is the schedule with unbounded",
-        "parallelism. **Bold**: the recommended `--parallel` for that size.",
+        "parallelism. **Bold**: the recommended `--parallel` for that size. Every `up` now ends with the",
+        "acceptance checks; the last column is the bring-up at the recommended `--parallel` without them.",
         "",
-        "| inventory | nodes | graph limit | " + " | ".join(f"--parallel {p}" for p in parallels) + " |",
-        "|---|---:|---:|" + "---:|" * len(parallels),
+        "| inventory | nodes | graph limit | "
+        + " | ".join(f"--parallel {p}" for p in parallels)
+        + " | recommended, checks not counted |",
+        "|---|---:|---:|" + "---:|" * len(parallels) + "---:|",
     ]
     for r in results:
         cells = []
@@ -209,39 +299,51 @@ def report(results: list[Result], profile_md: str = "") -> str:
             s = r.schedules.get(p)
             cell = _minutes(s.makespan) if s else ""
             cells.append(f"**{cell}**" if p == recommended_parallel(r.nodes) else cell)
-        lines.append(f"| {r.label} | {r.nodes} | {_minutes(r.graph_limit)} | " + " | ".join(cells) + " |")
+        bare = _minutes(r.without_checks[recommended_parallel(r.nodes)])
+        lines.append(f"| {r.label} | {r.nodes} | {_minutes(r.graph_limit)} | " + " | ".join(cells) + f" | {bare} |")
     lines += [
         "",
         "## What a `--parallel` costs in SSH connections",
         "",
-        "Every running host step is one SSH connection from the machine running Pulumi. pulumi-command dials",
-        "the bastion once per step (its `Dial`: a new client to the proxy, then a channel to the host), so the",
-        "bastion holds as many connections as steps run, up to `--parallel`; the first `--parallel` steps",
-        "(every node's prepare step) start together, so that many handshakes arrive at once. Membership steps",
-        "and the kubeconfig step log in to the init server; NAS steps to their NAS host. Peaks from the model:",
+        "Every running host step is one SSH connection from the machine running Pulumi, with one session on",
+        "its host. pulumi-command dials the bastion once per step (its `Dial`: a new client to the proxy, then",
+        "a channel to the host), so the bastion holds as many connections as steps run, up to `--parallel`,",
+        "and the first `--parallel` steps (every node's prepare step) start together: that many handshakes",
+        "arrive at once. A node's membership step has no command at create and opens no connection then",
+        "(only its delete drains, on the init server); labels and taints go through the Kubernetes API.",
+        "Sessions per host over a whole fresh bring-up, and the model's peaks at once:",
         "",
-        "| inventory | nodes | --parallel | bastion (all host steps) | init server | busiest NAS host |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| inventory | nodes | sessions per node (median) | busiest host: sessions | --parallel | "
+        "bastion at once | init server at once | busiest NAS host at once |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
     ]
     for r in results:
+        busiest, count = r.busiest_host()
+        median = sorted(r.sessions_by_host.values())[len(r.sessions_by_host) // 2]
         for p, s in sorted(r.schedules.items()):
             nas = max((s.peak_by_target.get(h, 0) for h in r.nas_hosts), default=0)
             rec = " (recommended)" if p == recommended_parallel(r.nodes) else ""
             init = s.peak_by_target.get(r.init_server, 0)
-            lines.append(f"| {r.label} | {r.nodes} | {p}{rec} | {s.peak_ssh} | {init} | {nas} |")
+            lines.append(
+                f"| {r.label} | {r.nodes} | {median} | {busiest}: {count} | {p}{rec} | {s.peak_ssh} | {init} | {nas} |"
+            )
     lines += [
         "",
         "sshd counts connections that have not authenticated yet against `MaxStartups` (default `10:30:100`:",
         "from 10 pending it drops 30% of new ones, rising to all at 100), not established ones. pulumi-command",
         "retries a refused dial (`ssh.dialErrorLimit`, default 10 tries) but a burst far above the limit exhausts",
-        "the tries. So on the bastion set `MaxStartups` above the recommended `--parallel`",
-        "(e.g. `300:30:600` for 256), and check that its connection-rate limits (firewall, `fail2ban`, a",
-        "cloud bastion's session quota) allow that many logins from the Pulumi machine within a few seconds.",
-        "Membership steps start as the RKE2 steps they wait for finish, in waves, so the init server can see",
-        "nearly `--parallel` logins at once, each running ~10 kubectl calls (~30-50 MB each while it runs):",
-        "set its `MaxStartups` above the init-server column too (e.g. `200:30:400` for 192) and give it the",
-        "memory. The recommended values: 64 up to 100 nodes, 128 up to 400, 192 up to 2000.",
-        "No host step targets a NAS host yet (MinioTier is not built); when it is, its steps show up here.",
+        "the tries. So on the bastion set `MaxStartups` above the `--parallel` you use (e.g. `200:30:400` for",
+        "192), and check that its connection-rate limits (firewall, `fail2ban`, a cloud bastion's session",
+        "quota) allow that many logins from the Pulumi machine within a few seconds. `MaxSessions` (default 10)",
+        "limits sessions per connection: each step opens one connection with one session on its host and a",
+        "forwarding channel on the bastion, so the default is enough. The nodes themselves, the init server",
+        "included, see a handful of sessions each, never many at once at create. Removing many nodes in one",
+        "`up` runs their drains on the init server at once (up to `--parallel`): raise its `MaxStartups` first.",
+        "The recommended values: " + ", ".join(f"{p} up to {limit} nodes" for limit, p in RECOMMENDED) + ".",
+        "",
+    ]
+    lines += before_and_after(results)
+    lines += [
         "",
         "## Per-step durations of the model",
         "",
@@ -258,15 +360,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--profile", type=int, metavar="N", help="add a cProfile summary of an N-node preview")
     parser.add_argument("--out", type=Path, help="write the Markdown report here (else standard output)")
     args = parser.parse_args(argv)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         results = [measure("prod", prod_config(), Path(tmp))]
         results += [measure(str(n), inventory(n), Path(tmp)) for n in args.nodes]
+    load = (load_before, os.getloadavg()[0])
     profile_md = ""
     if args.profile:
         from benchmarks import profile
 
         profile_md = profile.report(args.profile)
-    text = report(results, profile_md)
+    text = report(results, profile_md, load)
     if args.out:
         args.out.write_text(text)
         print(f"wrote {args.out}")

@@ -88,6 +88,7 @@ class CephTier(pulumi.ComponentResource):
             # No node has osdDevices: this environment has no tier 2 (settings allow that).
             self.storage_classes, self.namespace = {}, ""
             self.storage_class_release: Optional[pulumi.Resource] = None
+            self.ready: list[pulumi.Resource] = []
             self.register_outputs({"storageClasses": {}, "namespace": "", "faultTolerance": self.fault_tolerance})
             return
 
@@ -152,6 +153,8 @@ class CephTier(pulumi.ComponentResource):
             timeout_seconds=1800,
             opts=PROTECTED,
         )
+        # The tier's cluster-wide releases (not the per-node disk steps): what checks of the tier wait for.
+        self.ready = [operator, drivers, self.storage_class_release]
         self.register_outputs(
             {
                 "storageClasses": self.storage_classes,

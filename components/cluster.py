@@ -1,6 +1,7 @@
-"""ClusterBootstrap: bare-metal hosts to an HA RKE2 cluster, over SSH.
+"""ClusterBootstrap: bare-metal hosts to an HA RKE2 cluster, over SSH, and each Node's labels and
+taints through the Kubernetes API.
 
-Per node, three host steps, each a separately re-runnable unit:
+Per node, two host steps at create, each a separately re-runnable unit:
   1. `<node>-prepare`    on the node: OS preparation (swap, kernel modules, sysctls, time, packages).
   2. `<node>-rke2`       on the node: RKE2 config, join token (stdin, 0600), install (fresh hosts
                          only; upgrades are components/upgrades.py's Plans), start
@@ -9,22 +10,32 @@ Per node, three host steps, each a separately re-runnable unit:
                          Delete: uninstall RKE2, only from a host that still runs this node name.
      `<name>-ca-hash`   once, on the init server after its RKE2 step: the SHA-256 of the cluster CA,
                          which pins the CA in every other node's join token.
-  3. `<node>-membership` on the init server: wait for the Node object, reconcile its labels and
-                         taints (RKE2 applies them only at registration). Delete: cordon, drain
-                         (honouring PodDisruptionBudgets, bounded by a timeout), delete the Node.
+Then, per node, through the Kubernetes API (no SSH):
+  `<node>-labels-taints` a server-side-apply patch of the Node (`kubernetes.core.v1.NodePatch`): its
+                         labels and taints as the settings give them. RKE2 applies node-label and
+                         node-taint only at registration (kubernetes#59314); the patch keeps them
+                         right afterwards, and server-side apply removes what the settings dropped.
+And one guard per node that runs only at delete:
+  `<node>-membership`   no command at create or update (no SSH session); its delete, on the init
+                         server: cordon, drain (honouring PodDisruptionBudgets, bounded by a
+                         timeout), delete the Node.
+
 Least-privilege join (RKE2 token docs, "secure" format): the servers hold the server token and an
 agent token (`agent-token-file`); agents get only `K10<CA sha256>::node:<agent token>`, joining
 servers `K10<CA sha256>::server:<server token>`; the init server keeps the bare server token (the
 first server of a cluster cannot take the secure form: its CA does not exist yet).
 
-Order: the init server starts the cluster; the other servers join one after another (upstream
-warns against concurrent server joins: rancher/rke2#642, #1600); then every agent in parallel.
-The longest chain is prepare -> init -> CA hash -> each further server -> agent -> membership,
-which depends on the number of servers (1, 3 or 5), never on the number of nodes.
+Order: the init server starts the cluster; every other node (servers and agents) waits for it and the
+CA hash only. The further servers still join one at a time (upstream warns against concurrent server
+joins: rancher/rke2#642, #1600), but the order is kept on the hosts: each joining server's step waits
+until the servers before it answer (JOIN_AFTER), so the graph does not grow with the number of servers.
+The longest chain is prepare -> init -> CA hash -> RKE2 step of any other node -> its Node patch, the
+same for 1, 3 or 5 servers and any number of nodes.
 
 The membership's triggers depend on the RKE2 step's id, so the engine replaces the membership
 whenever the RKE2 step is replaced, and deletes it first: a replace drains and deletes the Node,
-uninstalls, reinstalls and re-labels, in that order. Removing a node runs the same deletes.
+uninstalls and reinstalls, in that order; the Node patch carries the RKE2 step's id in an annotation,
+so it is applied again to the re-registered Node. Removing a node runs the same deletes.
 """
 
 from __future__ import annotations
@@ -39,7 +50,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from components.remote import HostAccess, host_script
+from components.remote import HostAccess, fingerprint, host_script
 from settings import ClusterSettings, NetworkSettings, NodeSettings
 from settings.cluster import Oidc
 
@@ -51,6 +62,10 @@ CONFIG_DIR = "/etc/rancher/rke2"
 TOKEN_FILE = f"{CONFIG_DIR}/join-token"
 AGENT_TOKEN_FILE = f"{CONFIG_DIR}/agent-token"
 OIDC_CA_FILE = f"{CONFIG_DIR}/oidc-ca.pem"
+# libyaml's safe dumper where PyYAML has it (a 1000-node preview renders 1000 configs): the same text.
+SAFE_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+# On the Node: which install of the node (RKE2 step) its labels and taints were applied for.
+INSTALL_ANNOTATION = "ml-platform.io/rke2-install"
 
 
 @dataclass(frozen=True)
@@ -101,10 +116,10 @@ class ClusterBootstrap(pulumi.ComponentResource):
             for node in args.nodes
         }
 
-        # The init server first, then the other servers one at a time, then the agents in parallel
-        # once every server runs.
+        # The init server first; then every other node once it runs and its CA hash is known. The
+        # further servers keep their one-at-a-time order on the hosts (JOIN_AFTER), not in the graph.
         self.joined = {}
-        previous_server = self._rke2(init, args, [self.prepared[init.name]], join_stdin(args, None, init))
+        self._rke2(init, args, [self.prepared[init.name]], join_stdin(args, None, init), [])
         # Replaced along with the init server's RKE2 step: a rebuilt single server is a new CA.
         ca_read = host_script(
             f"{name}-ca-hash",
@@ -114,13 +129,12 @@ class ClusterBootstrap(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.joined[init.name]]),
         )
         self.ca_hash = ca_read.stdout.apply(parse_ca_hash)
-        for node in [s for s in servers if s is not init]:
-            waits = [self.prepared[node.name], previous_server]
-            previous_server = self._rke2(node, args, waits, join_stdin(args, self.ca_hash, node))
+        further_servers = [s for s in servers if s is not init]
         for node in args.nodes:
-            if not node.control_plane:
-                waits = [self.prepared[node.name], previous_server]
-                self._rke2(node, args, waits, join_stdin(args, self.ca_hash, node))
+            if node is not init:
+                earlier = further_servers[: further_servers.index(node)] if node.control_plane else []
+                waits = [self.prepared[node.name], self.joined[init.name]]
+                self._rke2(node, args, waits, join_stdin(args, self.ca_hash, node), earlier)
 
         read = host_script(
             f"{name}-kubeconfig",
@@ -141,19 +155,23 @@ class ClusterBootstrap(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
 
+        self.node_patches: dict[str, k8s.core.v1.NodePatch] = {}
         for node in args.nodes:
+            self.node_patches[node.name] = self._labels_and_taints(node)
+            # Nothing at create (no SSH session); at delete, on the init server: cordon, drain, delete
+            # the Node. Its trigger keeps the value it was deployed with when this step also labelled
+            # the node, so stacks deployed before see an in-place update, not a drain of every node.
             host_script(
                 f"{node.name}-membership",
                 init_host,
-                "node-membership.sh",
-                membership_params(node, cluster),
+                None,
                 delete_script="node-remove.sh",
                 delete_params={
                     "NODE_NAME": node.name,
                     "DRAIN": "true" if cluster.drain_on_remove else "false",
                     "DRAIN_TIMEOUT": str(cluster.drain_timeout_seconds),
                 },
-                identity=[node.name],
+                trigger_parts=["node-membership.sh", "node-remove.sh", node.name],
                 replaced_with=self.joined[node.name],
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[self.joined[init.name]]),
             )
@@ -166,6 +184,7 @@ class ClusterBootstrap(pulumi.ComponentResource):
         args: ClusterBootstrapArgs,
         waits: list[pulumi.Resource],
         stdin: pulumi.Output[str],
+        join_after: Sequence[NodeSettings],
     ) -> pulumi.Resource:
         cluster = args.cluster
         is_init = node.name == cluster.init_server
@@ -173,7 +192,7 @@ class ClusterBootstrap(pulumi.ComponentResource):
             f"{node.name}-rke2",
             args.hosts[node.name],
             "rke2-install.sh",
-            rke2_params(node, is_init, cluster, args.network, args.server_config),
+            rke2_params(node, is_init, cluster, args.network, args.server_config, join_after),
             stdin=stdin,
             delete_script="rke2-uninstall.sh",
             delete_params={"NODE_NAME": node.name},
@@ -182,6 +201,33 @@ class ClusterBootstrap(pulumi.ComponentResource):
         )
         self.joined[node.name] = step
         return step
+
+    def _labels_and_taints(self, node: NodeSettings) -> k8s.core.v1.NodePatch:
+        """The Node's labels and taints, server-side applied once its RKE2 step has registered it.
+
+        The taint list of a Node is atomic (kubernetes#128866): applying it replaces the whole list,
+        so only nodes whose settings give taints apply one, forced (`pulumi.com/patchForce`), since the
+        kubelet registered the list; the node lifecycle controller re-adds its own condition taints.
+        `retain_on_delete`: a removed node's Node is deleted by its membership's delete; there is
+        nothing to take back. The annotation holds the RKE2 step's id: when that step is replaced
+        (the Node deleted and registered again) the patch changes and is applied to the new Node."""
+        joined = self.joined[node.name]
+        spec = {"taints": [taint_object(t) for t in node_taints(node)]} if node_taints(node) else None
+        return k8s.core.v1.NodePatch(
+            f"{node.name}-labels-taints",
+            metadata=k8s.meta.v1.ObjectMetaPatchArgs(
+                name=node.name,
+                labels=managed_labels(node),
+                annotations={
+                    "pulumi.com/patchForce": "true",
+                    INSTALL_ANNOTATION: joined.id.apply(lambda step_id: fingerprint(step_id)),
+                },
+            ),
+            spec=spec,
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=self.provider, depends_on=[joined], retain_on_delete=True
+            ),
+        )
 
 
 def join_stdin(
@@ -250,7 +296,7 @@ def prepare_params(node: NodeSettings, cluster: ClusterSettings, network: Networ
 def registration_labels(node: NodeSettings) -> dict[str, str]:
     """The labels a node registers with (config.yaml): what the program derives from its role and
     hardware, so that workloads find it from its first moment. `nodes[].labels` are not among them:
-    the membership step reconciles them without touching config.yaml (no RKE2 restart)."""
+    the Node patch reconciles them without touching config.yaml (no RKE2 restart)."""
     labels = {ROLE_LABEL: node.role}
     if node.control_plane:
         labels["ml-platform.io/control-plane"] = "true"
@@ -263,7 +309,7 @@ def registration_labels(node: NodeSettings) -> dict[str, str]:
 
 
 def node_labels(node: NodeSettings) -> dict[str, str]:
-    """Every label the membership step keeps on the Node."""
+    """Every label from settings and the node's role and hardware (see also `managed_labels`)."""
     return {**registration_labels(node), **node.labels}
 
 
@@ -288,7 +334,7 @@ def rke2_config(
         "token-file": TOKEN_FILE,
         "node-name": node.name,
         "node-ip": node.address,
-        # The role label is also reconciled after registration (membership step); RKE2 only
+        # The role label is also reconciled after registration (the Node patch); RKE2 only
         # applies node-label/node-taint when the node first registers (kubernetes#59314).
         "node-label": [f"{k}={v}" for k, v in sorted(registration_labels(node).items())],
     }
@@ -397,8 +443,9 @@ def rke2_params(
     cluster: ClusterSettings,
     network: NetworkSettings,
     server_config: Mapping[str, Any] = MappingProxyType({}),
+    join_after: Sequence[NodeSettings] = (),
 ) -> dict[str, str]:
-    return {
+    params = {
         "NODE_NAME": node.name,
         "RKE2_TYPE": "server" if node.control_plane else "agent",
         # What a fresh host installs: the release the cluster runs, so that a version bump leaves this
@@ -407,7 +454,9 @@ def rke2_params(
         "INSTALLER_URL": cluster.install.installer_url,
         "ARTIFACT_URL": cluster.install.artifact_url or "",
         "INSTALL_METHOD": cluster.install.method,
-        "RKE2_CONFIG": yaml.safe_dump(rke2_config(node, is_init, cluster, network, server_config), sort_keys=True),
+        "RKE2_CONFIG": yaml.dump(
+            rke2_config(node, is_init, cluster, network, server_config), Dumper=SAFE_DUMPER, sort_keys=True
+        ),
         "REGISTRIES_YAML": registries_yaml(cluster),
         "KUBE_VIP_MANIFEST": kube_vip_manifest(cluster) if node.control_plane else "",
         # Joiners wait until the registration address answers before they start. The init server
@@ -419,6 +468,12 @@ def rke2_params(
         # Only when set: stacks without OIDC keep their step's trigger unchanged.
         **({"OIDC_CA_PEM": cluster.oidc.ca_pem} if node.control_plane and cluster.oidc and cluster.oidc.ca_pem else {}),
     }
+    if join_after:
+        # A joining server starts a fresh join only after the servers before it answer, one at a time
+        # (each within JOIN_TIMEOUT). Absent when empty: the steps of the init server, the second
+        # server and the agents keep the parameters they were deployed with.
+        params["JOIN_AFTER"] = " ".join(f"{s.address}:{API_PORT}" for s in join_after)
+    return params
 
 
 def kubeconfig_params(cluster: ClusterSettings) -> dict[str, str]:
@@ -430,12 +485,14 @@ def kubeconfig_params(cluster: ClusterSettings) -> dict[str, str]:
     return params
 
 
-def membership_params(node: NodeSettings, cluster: ClusterSettings) -> dict[str, str]:
-    # Admin-side labels may use the node-role.kubernetes.io prefix, which kubelets may not set.
-    labels = {**node_labels(node), f"node-role.kubernetes.io/{node.role}": "true"}
-    return {
-        "NODE_NAME": node.name,
-        "LABELS": " ".join(f"{k}={v}" for k, v in sorted(labels.items())),
-        "TAINTS": " ".join(node_taints(node)),
-        "REGISTER_TIMEOUT": str(cluster.join_timeout_seconds),
-    }
+def managed_labels(node: NodeSettings) -> dict[str, str]:
+    """Every label the Node patch keeps on the Node. Admin-side labels may use the
+    node-role.kubernetes.io prefix, which kubelets may not set."""
+    return {**node_labels(node), f"node-role.kubernetes.io/{node.role}": "true"}
+
+
+def taint_object(taint: str) -> dict[str, str]:
+    """`key=value:Effect` (RKE2's node-taint form) as a Node spec taint."""
+    key_value, _, effect = taint.rpartition(":")
+    key, _, value = key_value.partition("=")
+    return {"key": key, "value": value, "effect": effect}

@@ -164,6 +164,8 @@ class GpuPool(pulumi.ComponentResource):
             parent=self,
             depends_on=[*args.cluster_ready, namespaces[tier1.namespace]],
         )
+        # What runs on the GPU nodes' behalf cluster-wide: what checks of those nodes wait for.
+        self.ready: list[pulumi.Resource] = [self.operator, self.provisioner]
         self.tier1_storage_class = k8s.storage.v1.StorageClass(
             f"{name}-tier1-storage-class",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=tier1.storage_class_name, labels={"ml-platform.io/tier": "1"}),

@@ -191,6 +191,8 @@ class MinioTier(pulumi.ComponentResource):
         self.ca_cert = pulumi.Output.from_input("")
         self.restore_credentials = pulumi.Output.secret({})
         self.metrics_token: Optional[pulumi.Output[str]] = None
+        self.ready: list[pulumi.Resource] = []
+        """The buckets and users (which come after every NAS host's server): what S3 clients wait for."""
         if layout is not None and args.nas.hosts:
             self._build(name, args, layout)
         self.register_outputs({"caCert": self.ca_cert, "restoreCredentials": self.restore_credentials})
@@ -234,7 +236,8 @@ class MinioTier(pulumi.ComponentResource):
         after_minio = pulumi.ResourceOptions(parent=self, depends_on=steps)
         buckets = self._buckets(name, minio, connection, after_minio)
         users = self._users(name, minio, connection, pulumi.ResourceOptions(parent=self, depends_on=buckets))
-        ready = [*args.cluster_ready, *buckets, *[u for u, _ in users.values()]]
+        self.ready = [*buckets, *[u for u, _ in users.values()]]
+        ready = [*args.cluster_ready, *self.ready]
         in_cluster = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=ready)
         minio_backup.backup_jobs(
             minio,

@@ -109,7 +109,7 @@ def fingerprint(*parts: object) -> str:
 def host_script(
     resource_name: str,
     host: HostAccess,
-    script: str,
+    script: Optional[str],
     params: Optional[Mapping[str, str]] = None,
     *,
     stdin: Optional[pulumi.Input[str]] = None,
@@ -117,10 +117,14 @@ def host_script(
     delete_params: Optional[Mapping[str, str]] = None,
     identity: Sequence[str] = (),
     replaced_with: Optional[command.remote.Command] = None,
+    trigger_parts: Optional[Sequence[str]] = None,
     secret_output: bool = False,
     opts: Optional[pulumi.ResourceOptions] = None,
 ) -> command.remote.Command:
     """A `remote.Command` that runs `script` on `host`.
+
+    `script` None: nothing runs at create or update (pulumi-command opens no connection then: its
+    remote Command returns at once when `create` and `update` are unset), only `delete_script` at delete.
 
     `identity`: values that, when they change, make this a different step (replace, not update).
     `delete_script`: runs when the step is removed from the program (or replaced); it is the only
@@ -131,15 +135,18 @@ def host_script(
     too, deleting it first (pulumi/pulumi#2167: a delete-before-replace deletes exactly the
     dependents whose replace-on-change inputs depend on it; `depends_on` alone does not). The
     value stays the same hash, so adding the dependency to a deployed stack replaces nothing.
+    `trigger_parts`: what a destructive step's trigger hashes instead of (script, delete script,
+    identity), so that a step whose scripts were reorganised keeps the trigger it was deployed with.
     """
     params = dict(params or {})
-    create = invocation(script, params, host.sudo)
+    create = invocation(script, params, host.sudo) if script else None
     delete = invocation(delete_script, dict(delete_params or {}), host.sudo) if delete_script else None
     options = pulumi.ResourceOptions(
         delete_before_replace=delete is not None,
         additional_secret_outputs=["stdout", "stderr"] if secret_output else None,
     )
-    trigger: pulumi.Input[str] = fingerprint(script, delete_script, *identity) if delete else fingerprint(create)
+    parts = trigger_parts if trigger_parts is not None else (script, delete_script, *identity)
+    trigger: pulumi.Input[str] = fingerprint(*parts) if delete else fingerprint(create)
     if replaced_with is not None:
         trigger = replaced_with.id.apply(lambda _, value=trigger: value)
     return command.remote.Command(

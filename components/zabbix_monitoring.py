@@ -469,6 +469,8 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             parent=self,
             depends_on=[namespace, db_secret, psk_secret, userparameters, ksm, *web_tls, *args.storage_ready],
         )
+        # The server, web/API and agents (not the per-host API objects): what checks of monitoring wait for.
+        self.ready: list[pulumi.Resource] = [ksm, chart]
         # Kubernetes >= 1.24 creates no token for a service account: the K8s templates' {$KUBE.API.TOKEN}
         # comes from this Secret, which the token controller fills in.
         self._token_secret = k8s.core.v1.Secret(
@@ -582,7 +584,9 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         def opts(*deps: pulumi.Resource) -> pulumi.ResourceOptions:
             return pulumi.ResourceOptions(parent=self, depends_on=list(deps))
 
-        groups = [zbx.HostGroup(f"{name}-group-{_slug(g)}", {"name": g}, connection, opts=opts()) for g in HOST_GROUPS]
+        groups = {
+            g: zbx.HostGroup(f"{name}-group-{_slug(g)}", {"name": g}, connection, opts=opts()) for g in HOST_GROUPS
+        }
         macros = self._global_macros(name, args, connection, opts)
         needed = {
             "gpu-dcgm": any(n.role == "gpu" for n in args.nodes),
@@ -592,14 +596,20 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             "kubernetes": True,
             "certificates": True,
         }
-        imports = [
-            zbx.TemplateImport(
-                f"{name}-template-{stem}", {"templates": names, "source": text}, connection, opts=opts(*macros)
-            )
-            for stem, (names, text) in template_sources().items()
-            if needed[stem]
-        ]
-        host_deps = [*groups, *imports]
+        # Each host waits for the groups and the platform's own templates it names (not every one of
+        # them: each `depends_on` edge costs the SDK a walk of its target's dependencies).
+        catalogue: dict[str, pulumi.Resource] = dict(groups)
+        for stem, (names, text) in template_sources().items():
+            if needed[stem]:
+                imported = zbx.TemplateImport(
+                    f"{name}-template-{stem}", {"templates": names, "source": text}, connection, opts=opts(*macros)
+                )
+                catalogue.update(dict.fromkeys(names, imported))
+
+        def host_deps(spec: dict) -> list[pulumi.Resource]:
+            named = [catalogue[n] for n in (*spec["groups"], *spec["templates"]) if n in catalogue]
+            return list(dict.fromkeys(named))
+
         psk_secrets = pulumi.Output.secret(psk.apply(lambda v: {"tls_psk_identity": PSK_IDENTITY, "tls_psk": v}))
         nas_secrets = pulumi.Output.secret(
             pulumi.Output.all(psk, args.secrets.minio_metrics_token or "").apply(
@@ -620,7 +630,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
                 "tags": node_tags(node),
                 "macros": node_macros(node),
             }
-            zbx.Host(f"{node.name}-zabbix-host", spec, connection, psk_secrets, opts=opts(*host_deps))
+            zbx.Host(f"{node.name}-zabbix-host", spec, connection, psk_secrets, opts=opts(*host_deps(spec)))
             hosts.append(node.name)
         for nas in args.nas_hosts:
             spec = {
@@ -634,10 +644,10 @@ class ZabbixMonitoring(pulumi.ComponentResource):
                     {"macro": "{$CERT.ENDPOINTS}", "value": f"{nas.address}:{args.minio_port}"},
                 ],
             }
-            zbx.Host(f"{nas.name}-zabbix-host", spec, connection, nas_secrets, opts=opts(*host_deps))
+            zbx.Host(f"{nas.name}-zabbix-host", spec, connection, nas_secrets, opts=opts(*host_deps(spec)))
             hosts.append(nas.name)
         hosts += self._cluster_hosts(name, args, connection, opts, host_deps)
-        self._alerting(name, args, connection, opts, groups)
+        self._alerting(name, args, connection, opts, list(groups.values()))
         return hosts
 
     def _global_macros(self, name, args, connection, opts) -> list[pulumi.Resource]:
@@ -655,35 +665,32 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         """Hosts without an agent: the Kubernetes cluster (state template, SA token) and Ceph."""
         token = self._kube_token(name, args)
         kube = f"{args.cluster_name}-kubernetes"
+        spec = {
+            "host": kube,
+            "groups": ["ml-platform/kubernetes"],
+            "templates": [K8S_STATE_TEMPLATE, KUBE_TEMPLATE],
+            "tags": [],
+            "macros": kubernetes_macros(args),
+        }
         zbx.Host(
             f"{name}-host-kubernetes",
-            {
-                "host": kube,
-                "groups": ["ml-platform/kubernetes"],
-                "templates": [K8S_STATE_TEMPLATE, KUBE_TEMPLATE],
-                "tags": [],
-                "macros": kubernetes_macros(args),
-            },
+            spec,
             connection,
             pulumi.Output.secret(token.apply(lambda v: {"macros": [{"macro": "{$KUBE.API.TOKEN}", "value": v}]})),
-            opts=opts(*deps),
+            opts=opts(*deps(spec)),
         )
         hosts = [kube]
         if args.ceph_namespace:
             ceph = f"{args.cluster_name}-ceph"
             url = f"http://rook-ceph-mgr.{args.ceph_namespace}.svc:9283/metrics"
-            zbx.Host(
-                f"{name}-host-ceph",
-                {
-                    "host": ceph,
-                    "groups": ["ml-platform/ceph-storage"],
-                    "templates": [CEPH_TEMPLATE],
-                    "tags": [{"tag": "storage", "value": "ceph"}],
-                    "macros": [{"macro": "{$CEPH.METRICS.URL}", "value": url}],
-                },
-                connection,
-                opts=opts(*deps),
-            )
+            spec = {
+                "host": ceph,
+                "groups": ["ml-platform/ceph-storage"],
+                "templates": [CEPH_TEMPLATE],
+                "tags": [{"tag": "storage", "value": "ceph"}],
+                "macros": [{"macro": "{$CEPH.METRICS.URL}", "value": url}],
+            }
+            zbx.Host(f"{name}-host-ceph", spec, connection, opts=opts(*deps(spec)))
             hosts.append(ceph)
         return hosts
 

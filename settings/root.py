@@ -15,6 +15,7 @@ from typing import Optional
 import pulumi
 from pydantic import Field
 
+from settings.acceptance import AcceptanceSettings
 from settings.charts import Charts
 from settings.cluster import ClusterSettings, SshSettings
 from settings.gpu import GpuSettings
@@ -66,6 +67,9 @@ class Settings(Model):
     monitoring: MonitoringSettings = Field(default=MonitoringSettings(), description="Zabbix.")
     charts: Charts = Field(
         default=Charts(), description="Every Helm chart at a pinned version, each repository overridable for a mirror."
+    )
+    acceptance: AcceptanceSettings = Field(
+        default=AcceptanceSettings(), description="The acceptance checks every `up` ends with, and the drift probe."
     )
 
     @property

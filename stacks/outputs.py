@@ -156,13 +156,22 @@ CONTRACT: tuple[OutputSpec, ...] = (
         "Password of the Zabbix `Admin` user (the chart's default is replaced on the first up). Secret.",
     ),
     OutputSpec("monitoredHosts", "list[string]", False, "Hosts Zabbix monitors: every node, NAS host, cluster, Ceph."),
+    OutputSpec(
+        "acceptance",
+        "map[map[string]]",
+        False,
+        "The acceptance checks this `up` ran, by check id: `job`, `namespace`, `node` (or what it covers), "
+        "`advisory` and `timeoutSeconds`; their results: `python -m stacks.acceptance_report` (docs/acceptance.md).",
+    ),
 )
 
 
 # Not secret, but the operators' alone: the inventory (node names, GPU counts, storage host counts, the
 # Zabbix host list naming every machine, NAS hosts included). It changes with each node, and the
 # contract's ConfigMap would be replaced on every node added or removed (ConfigMap data is replace-on-change).
-OPERATORS_ONLY = frozenset({"gpuNodes", "gpuTotal", "gpuSchedulable", "cephFaultTolerance", "monitoredHosts"})
+OPERATORS_ONLY = frozenset(
+    {"gpuNodes", "gpuTotal", "gpuSchedulable", "cephFaultTolerance", "monitoredHosts", "acceptance"}
+)
 PUBLIC: tuple[str, ...] = tuple(spec.name for spec in CONTRACT if not spec.secret and spec.name not in OPERATORS_ONLY)
 """The public contract: what every team may read (the cluster's ConfigMap and each team's stack)."""
 

@@ -18,6 +18,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi_random as random
 
+from components.acceptance import AcceptanceChecks, AcceptanceChecksArgs, S3Target, exercised_settings
 from components.ceph_tier import CephTier, CephTierArgs
 from components.cluster import ClusterBootstrap, ClusterBootstrapArgs
 from components.gpu_pool import GpuPool, GpuPoolArgs
@@ -271,6 +272,39 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             minio_port=settings.storage.minio.port,
         ),
     )
+    backup_sources = settings.storage.minio.backup.sources
+    inventory_hosts = {n.name for n in settings.nodes} | {h.name for h in settings.nas.hosts}
+    storage_classes = {**gpu.storage_classes, **ceph.storage_classes}
+    acceptance = AcceptanceChecks(
+        "acceptance",
+        AcceptanceChecksArgs(
+            acceptance=settings.acceptance,
+            nodes=settings.nodes,
+            monitored_hosts=[h for h in monitoring.monitored_hosts if h in inventory_hosts],
+            rdma_resource_name=network.rdma_resource_name,
+            storage_classes=storage_classes,
+            team_queues={
+                team: (namespaces[0], scheduling.team_local_queues[team])
+                for team, namespaces in scheduling.team_namespaces.items()
+                if namespaces
+            },
+            s3=S3Target(
+                backup_sources[0].namespace,
+                settings.storage.minio.cephfs_backup_bucket,
+                settings.storage.minio.backup.image,
+                backup_sources[0].name,
+            )
+            if backup_sources and settings.nas.hosts
+            else None,
+            zabbix_url=monitoring.url,
+            zabbix_token=monitoring.api_token,
+            exercised=exercised_settings(settings),
+            provider=cluster.provider,
+            platform_ready=[*network.ready, *gpu.ready, *ceph.ready, *minio.ready, scheduling, *monitoring.ready],
+            node_ready=cluster.node_patches,
+            monitoring_ready=[monitoring],
+        ),
+    )
     oidc = settings.cluster.oidc
     values = {
         "apiEndpoint": cluster.api_url,
@@ -279,7 +313,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
         "gpuTotal": gpu.gpu_total,
         "gpuSchedulable": gpu.gpu_schedulable,
         # One map for every tier's classes; each storage component contributes its keys.
-        "storageClasses": {**gpu.storage_classes, **ceph.storage_classes},
+        "storageClasses": storage_classes,
         "cephNamespace": ceph.namespace,
         "cephFaultTolerance": ceph.fault_tolerance,
         "cni": network.cni,
@@ -302,6 +336,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
         "zabbixApiToken": monitoring.api_token,
         "zabbixAdminPassword": monitoring.admin_password,
         "monitoredHosts": monitoring.monitored_hosts,
+        "acceptance": acceptance.results,
     }
     PublicContract(
         "contract",

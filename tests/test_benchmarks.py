@@ -15,7 +15,8 @@ from settings import load
 from stacks.engine import evaluate_stack
 from tests.conftest import ROOT
 
-ROLE_STEPS = {"server": "3", "CPU agent": "3", "storage host": "4", "GPU node": "5"}
+# Host steps that connect at create: prepare, RKE2, and the hardware steps of the role.
+ROLE_STEPS = {"server": "2", "CPU agent": "2", "storage host": "3", "GPU node": "4"}
 
 
 @pytest.mark.parametrize("nodes", [8, 50, 200, 1000])
@@ -53,11 +54,16 @@ def test_50_nodes_benchmark_and_prod_at_its_graph_limit(tmp_path):
     fifty = measure("50", inventory(50), tmp_path)
     for result in (prod, fifty):
         assert result.steps_per_node == ROLE_STEPS
-        assert result.chain == 7  # prepare -> init -> CA hash -> server 2 -> server 3 -> agent -> membership
+        assert result.chain <= 5  # prepare -> init -> CA hash -> any other node's RKE2 step (-> host steps after it)
+        # No node funnels through the init server: it sees its own steps and a few cluster-wide ones.
+        assert result.busiest_host()[1] <= 6
         assert result.peak_mib > 50 and result.wall_seconds > 0
-    # At the recommended --parallel, prod and 50 nodes reach the graph's own limit.
+    # At the recommended --parallel, prod and 50 nodes come within 1% of the graph's own limit (an API
+    # call may wait a few seconds behind the host steps for a slot); at 128 they reach it.
     for result in (prod, fifty):
-        assert result.schedules[recommended_parallel(result.nodes)].makespan == result.graph_limit
+        assert result.graph_limit <= result.schedules[recommended_parallel(result.nodes)].makespan
+        assert result.schedules[recommended_parallel(result.nodes)].makespan <= result.graph_limit * 1.01
+        assert result.schedules[128].makespan == result.graph_limit
     text = report([prod, fifty])
     assert f"| 50 | 50 | {fifty.resources} | {fifty.host_steps} |" in text and "**" in text
 
@@ -67,7 +73,7 @@ def test_1000_nodes_shape_and_bring_up_within_an_hour(tmp_path):
     config.write_text(stack_file(inventory(1000)))
     doc, per_node, chain = _shape("bench", config)
     assert per_node == ROLE_STEPS
-    assert chain == 9  # five servers join one after another, then the agents; their number does not lengthen it
+    assert chain <= 5  # five servers join one at a time on their hosts; neither they nor the agents lengthen it
     res, deps = makespan.graph(doc)
     recommended = makespan.simulate(res, deps, recommended_parallel(1000)).makespan
     assert recommended <= 60 * 60
@@ -79,9 +85,11 @@ def test_durations_by_kind_of_step(prod_plan):
     assert kinds["cpu-01-rke2"] == "rke2-install.sh init"
     assert kinds["cpu-02-rke2"] == "rke2-install.sh server"
     assert kinds["gpu-01-rke2"] == "rke2-install.sh agent"
-    assert kinds["gpu-01-membership"] == "node-membership.sh"
+    assert kinds["gpu-01-membership"] == "no work"  # nothing runs at create: only its delete drains
     assert kinds["cpu-04-ceph-disks"] == "ceph-osd-devices.sh"
     assert kinds["cluster-kubeconfig"] == "read-kubeconfig.sh"
+    job = next(r["name"] for r in prod_plan.resources if r["type"] == "kubernetes:batch/v1:Job")
+    assert kinds[job] == "acceptance check"  # awaited until the check finished, not one API call
     assert kinds["nas-01-minio"] == "minio-nas.sh"
     assert kinds["upgrades-node-versions"] == "rke2-node-versions.sh"  # the snapshot step exists only mid-upgrade
     cni = [
@@ -104,13 +112,24 @@ def test_queue_is_first_come_first_served():
             "inputs": {"create": create},
         }
 
-    plan = {"resources": [step("a"), step("b"), step("c", ["a"], "node-membership.sh"), step("d")]}
+    plan = {"resources": [step("a"), step("b"), step("c", ["a"], "read-ca-hash.sh"), step("d")]}
     res, deps = makespan.graph(plan)
     # Two workers: a and b run (120 s), c became ready after d was queued, so d runs before c.
     schedule = makespan.simulate(res, deps, 2, {"a": "h1", "b": "h1", "c": "h2", "d": "h1"})
     assert schedule.makespan == 120 + 120
     assert schedule.peak_by_target == {"h1": 2, "h2": 1} and schedule.peak_ssh == 2
-    assert makespan.simulate(res, deps, 0).makespan == 120 + 15
+    assert makespan.simulate(res, deps, 0).makespan == 120 + 5
+
+
+def test_a_joining_server_lasts_one_join_per_server_before_it():
+    def server(join_after):
+        config = "server: https://10.0.0.1:9345\n"
+        env = f"RKE2_TYPE=server RKE2_CONFIG='{config}'" + (f" JOIN_AFTER='{join_after}'" if join_after else "")
+        return {"type": makespan.COMMAND, "inputs": {"create": f"{env} bash -c '...' rke2-install.sh"}}
+
+    assert makespan.step_seconds(server("")) == 240
+    assert makespan.step_seconds(server("10.0.0.2:6443 10.0.0.3:6443")) == 3 * 240
+    assert not makespan.opens_ssh({"type": makespan.COMMAND, "inputs": {"delete": "x"}})
 
 
 def test_docs_table_comes_from_make_bench():

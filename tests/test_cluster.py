@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import shlex
 from functools import cache
 
@@ -36,7 +37,8 @@ def commands(plan: Plan) -> dict[str, dict]:
 
 
 def longest_host_chain(plan: Plan) -> int:
-    """The most host commands that must run one after another (through any resources between them)."""
+    """The most host commands that must run one after another at create (through any resources between
+    them); a command with nothing to run at create does not count."""
     by_urn = plan.by_urn()
 
     @cache
@@ -44,7 +46,7 @@ def longest_host_chain(plan: Plan) -> int:
         resource = by_urn.get(urn)
         if resource is None:
             return 0
-        own = 1 if resource["type"] == COMMAND else 0
+        own = 1 if resource["type"] == COMMAND and "create" in resource["inputs"] else 0
         return own + max((depth(d) for d in resource["dependencies"]), default=0)
 
     return max(depth(urn) for urn in by_urn)
@@ -64,23 +66,68 @@ def test_init_server_first_then_servers_one_at_a_time(prod_plan):
     urn = {name: r["urn"] for name, r in cmds.items()}
     assert not any(d.endswith("-rke2") for d in cmds["cpu-01-rke2"]["dependencies"])
     assert urn["cpu-01-rke2"] in cmds["cpu-02-rke2"]["dependencies"]
-    assert urn["cpu-02-rke2"] in cmds["cpu-03-rke2"]["dependencies"]
+    # cpu-03 joins after cpu-02, kept on the host (it waits until cpu-02's API answers), not in the graph.
+    assert urn["cpu-02-rke2"] not in cmds["cpu-03-rke2"]["dependencies"]
+    assert params_of(cmds["cpu-03-rke2"]["inputs"]["create"])["JOIN_AFTER"] == "10.20.1.12:6443"
     init_config = yaml.safe_load(params_of(cmds["cpu-01-rke2"]["inputs"]["create"])["RKE2_CONFIG"])
     join_config = yaml.safe_load(params_of(cmds["cpu-02-rke2"]["inputs"]["create"])["RKE2_CONFIG"])
     assert "server" not in init_config
     assert join_config["server"] == "https://10.20.0.10:9345"
 
 
-def test_agents_wait_for_every_server(prod_plan):
-    # Servers before agents (RKE2's upgrade order, Kubernetes' version skew policy): a version bump
-    # updates cpu-01, cpu-02, cpu-03 one after another, and only then the agents, in parallel.
+def test_every_other_node_waits_only_for_the_init_server_and_the_ca_hash(prod_plan):
+    # Agents and further servers alike: the init server's RKE2 step, the CA hash that pins their join
+    # token and their own preparation; never another server (the servers' order is kept on the hosts,
+    # JOIN_AFTER: tests/test_rke2_install.py).
     cmds = commands(prod_plan)
-    servers = {"cpu-01", "cpu-02", "cpu-03"}
-    agents = [n["name"] for n in stack_doc("prod")["nodes"] if n["name"] not in servers]
-    for agent in agents:
-        waits = {d.rsplit("::", 1)[1] for d in cmds[f"{agent}-rke2"]["dependencies"]}
-        # Never the server token (`rke2-token`): the agent token and the CA hash that pins it.
-        assert waits == {f"{agent}-prepare", "cpu-03-rke2", "rke2-agent-token", "cluster-ca-hash"}, agent
+    nodes = [n["name"] for n in stack_doc("prod")["nodes"] if n["name"] != "cpu-01"]
+    for node in nodes:
+        waits = {d.rsplit("::", 1)[1] for d in cmds[f"{node}-rke2"]["dependencies"]}
+        token = "rke2-token" if node in {"cpu-02", "cpu-03"} else "rke2-agent-token"
+        # An agent never depends on the server token (`rke2-token`): only the agent token.
+        assert waits == {f"{node}-prepare", "cpu-01-rke2", token, "cluster-ca-hash"} | (
+            {"rke2-agent-token"} if token == "rke2-token" else set()
+        ), node
+
+
+def test_no_ssh_session_per_node_on_the_init_server_at_create(prod_plan):
+    # Labels and taints go through the Kubernetes API; the per-node step on the init server runs only
+    # at delete (pulumi-command opens no connection for a Command without create/update).
+    init = stack_doc("prod")["nodes"][0]["address"]
+    on_init_at_create = [
+        r["name"]
+        for r in prod_plan.by_type(COMMAND)
+        if prod_plan.revealed[r["urn"]]["connection"]["host"] == init and "create" in r["inputs"]
+    ]
+    assert sorted(on_init_at_create) == [
+        "cluster-ca-hash",
+        "cluster-kubeconfig",
+        "cpu-01-prepare",
+        "cpu-01-rke2",
+        "upgrades-node-versions",
+    ]
+    membership = prod_plan.named("gpu-01-membership")["inputs"]
+    assert "create" not in membership and "update" not in membership and "node-remove.sh" in membership["delete"]
+
+
+def test_labels_and_taints_are_server_side_applied_node_patches(prod_plan):
+    patches = {r["name"]: r for r in prod_plan.by_type("kubernetes:core/v1:NodePatch")}
+    assert sorted(patches) == sorted(f"{n['name']}-labels-taints" for n in stack_doc("prod")["nodes"])
+    gpu = patches["gpu-01-labels-taints"]
+    assert gpu["inputs"]["metadata"]["name"] == "gpu-01"
+    labels = gpu["inputs"]["metadata"]["labels"]
+    assert labels["ml-platform.io/role"] == "gpu" and labels["node-role.kubernetes.io/gpu"] == "true"
+    assert gpu["inputs"]["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+    assert gpu["inputs"]["metadata"]["annotations"]["pulumi.com/patchForce"] == "true"
+    # A CPU node has no taints in settings: its patch leaves the Node's taint list alone (it is atomic).
+    assert "spec" not in patches["cpu-10-labels-taints"]["inputs"]
+    # Applied once the node registered (its RKE2 step), through the cluster's provider; a removed node's
+    # Node is deleted by its membership's delete, so the patch is retained, not taken back.
+    assert prod_plan.named("gpu-01-rke2")["urn"] in gpu["dependencies"]
+    assert prod_plan.options[gpu["urn"]]["retainOnDelete"] is True
+    # The annotation follows the RKE2 step's id: a replaced step re-labels the re-registered Node.
+    annotation = gpu["inputs"]["metadata"]["annotations"]["ml-platform.io/rke2-install"]
+    assert annotation == fingerprint("gpu-01-rke2-id")
 
 
 def _grow(raw: dict, total: int) -> None:
@@ -101,8 +148,8 @@ def _grow(raw: dict, total: int) -> None:
 def test_longest_chain_does_not_grow_with_the_node_count(prod_plan):
     big = evaluate("prod", lambda raw: _grow(raw, 200))
     assert len(big.by_type(COMMAND)) > len(prod_plan.by_type(COMMAND)) + 400
-    # prepare -> init server -> CA hash -> cpu-02 -> cpu-03 -> agent -> membership
-    assert longest_host_chain(prod_plan) == 7
+    # prepare -> init server -> CA hash -> any other node's RKE2 step
+    assert longest_host_chain(prod_plan) == 4
     assert longest_host_chain(big) == longest_host_chain(prod_plan)
 
 
@@ -211,14 +258,36 @@ def _shrunk(raw):
     raw["nodes"] = [n for n in raw["nodes"] if n["name"] != "cpu-30"]
 
 
-@pytest.mark.parametrize(("edit", "node", "side"), [(_grown, "cpu-36", "added"), (_shrunk, "cpu-30", "removed")])
-def test_adding_or_removing_a_node_touches_only_its_own_resources(prod_plan, edit, node, side):
+def _gpu_grown(raw):
+    last = next(n for n in raw["nodes"] if n["name"] == "gpu-15")
+    node = {**copy.deepcopy(last), "name": "gpu-16", "address": "10.20.1.99"}
+    node["infiniband"]["address"] = "10.30.0.99"
+    raw["nodes"].append(node)
+
+
+HOSTS_PATH = "spec.template.spec.containers[name=check].env[name=HOSTS].value"
+GPU_OUTPUTS = {"acceptance", "gpuNodes", "gpuSchedulable", "gpuTotal"}
+
+
+@pytest.mark.parametrize(
+    ("edit", "node", "side", "gpu"),
+    [(_grown, "cpu-36", "added", False), (_shrunk, "cpu-30", "removed", False), (_gpu_grown, "gpu-16", "added", True)],
+)
+def test_adding_or_removing_a_node_touches_only_its_own_resources(prod_plan, edit, node, side, gpu):
     result = plan_cli.diff(_doc(prod_plan), _doc(evaluate("prod", edit)))
-    own = [f"{node}-membership", f"{node}-prepare", f"{node}-rke2", f"{node}-zabbix-host"]
-    assert sorted(u.rsplit("::", 1)[1] for u in result[side]) == own
+    own = ["labels-taints", "membership", "prepare", "rke2", "zabbix-host"]
+    if gpu:  # its InfiniBand and NVMe steps, and its own acceptance check
+        own += ["infiniband", "nvme", "acceptance-gpu"]
+    assert sorted(u.rsplit("::", 1)[1] for u in result[side]) == sorted(f"{node}-{suffix}" for suffix in own)
     other = "removed" if side == "added" else "added"
-    assert result[other] == [] and result["changed"] == {}
-    assert result["outputs"] == {"monitoredHosts": "changed"}
+    assert result[other] == []
+    # Beyond the node's own resources, only the monitoring check runs again: it proves every host in
+    # the inventory (the new one included, the removed one no longer) reports to Zabbix.
+    assert {u.rsplit("::", 1)[1]: paths for u, paths in result["changed"].items()} == {
+        "acceptance-monitoring": ["dependencies", f"inputs.{HOSTS_PATH}"]
+    }
+    outputs = {"monitoredHosts", *(GPU_OUTPUTS if gpu else ())}
+    assert result["outputs"] == dict.fromkeys(sorted(outputs), "changed")
 
 
 def test_removal_drains_then_uninstalls_also_on_replace(prod_plan):
@@ -265,11 +334,12 @@ def test_label_changes_are_reconciled_on_existing_nodes(prod_plan):
     name = stack_doc("prod")["nodes"][40]["name"]
     # config.yaml holds only registration-time labels: a label edit does not restart RKE2.
     assert relabeled.named(f"{name}-rke2")["inputs"] == prod_plan.named(f"{name}-rke2")["inputs"]
-    params = params_of(relabeled.named(f"{name}-membership")["inputs"]["create"])
-    assert "example.com/team=vision" in params["LABELS"].split()
-    assert params["TAINTS"] == GPU_TAINT
-    old = params_of(prod_plan.named(f"{name}-membership")["inputs"]["create"])
-    assert "example.com/team=vision" not in old["LABELS"]
+    # Only the Node patch changes; server-side apply removes a label the settings drop again.
+    result = plan_cli.diff(_doc(prod_plan), _doc(relabeled))
+    assert [u.rsplit("::", 1)[1] for u in result["changed"]] == [f"{name}-labels-taints"]
+    labels = relabeled.named(f"{name}-labels-taints")["inputs"]["metadata"]["labels"]
+    assert labels["example.com/team"] == "vision"
+    assert "example.com/team" not in prod_plan.named(f"{name}-labels-taints")["inputs"]["metadata"]["labels"]
 
 
 def _doc(plan: Plan) -> dict:

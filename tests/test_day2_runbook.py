@@ -3,7 +3,6 @@ hosts: what a replace touches, in which order, and what each host script then do
 
 from __future__ import annotations
 
-import json
 import re
 
 from tests.conftest import ROOT
@@ -69,11 +68,12 @@ def test_rebuilding_the_init_server_drains_uninstalls_joins_and_relabels(prod_pl
     assert installed.returncode == 0, installed.stderr
     assert host.config()["server"] == "https://10.20.0.10:9345"
 
-    # 4. The membership create labels the Node again.
-    cluster.state.write_text(json.dumps({"nodes": {"cpu-01": blank_node()}}))
-    labelled = cluster.run("node-membership.sh", **{**params_of(membership["create"]), "REGISTER_TIMEOUT": "5"})
-    assert labelled.returncode == 0, labelled.stderr
-    assert cluster.node("cpu-01")["labels"]["ml-platform.io/control-plane"] == "true"
+    # 4. The membership create runs nothing; the Node patch follows the RKE2 step's id, so it changes
+    # with the replacement and labels the re-registered Node again (tests/test_cluster.py).
+    assert "create" not in membership
+    patch = prod_plan.named("cpu-01-labels-taints")
+    rke2_urn = prod_plan.named("cpu-01-rke2")["urn"]
+    assert prod_plan.options[patch["urn"]]["propertyDependencies"]["metadata"] == [rke2_urn]
 
 
 def test_replacing_an_agents_rke2_step_replaces_only_its_membership(prod_plan):

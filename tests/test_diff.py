@@ -119,11 +119,16 @@ def test_removing_an_agent_marks_its_drain_and_uninstall_destructive(prod_base):
     head = changed(lambda raw: raw["nodes"].pop(node_index(raw, "cpu-20")))
     result = diff.compare(prod_base, head)
     assert {e.name: e.action for e in result.entries} == {
+        # Dropped from the state only (retained: the Node itself goes with the membership's delete).
+        "cpu-20-labels-taints": "delete",
         "cpu-20-membership": "delete",
         "cpu-20-prepare": "delete",
         "cpu-20-rke2": "delete",
         # Zabbix forgets a removed node (a host object, not a host step: no danger line).
         "cpu-20-zabbix-host": "delete",
+        # The monitoring check runs again without the node in its host list (a Job's template is
+        # immutable: a new run is a new Job).
+        "acceptance-monitoring": "delete-before-replace",
     }
     assert result.danger == [
         "cpu-20-membership [host cpu-20] removed: node-remove.sh: cordon + drain (PodDisruptionBudgets honoured) "
@@ -255,8 +260,9 @@ def test_no_change_is_an_empty_diff(prod_base):
 def test_markdown_is_collapsible_per_component_with_counts(prod_base):
     head = changed(lambda raw: raw["nodes"].pop(node_index(raw, "cpu-04")))
     markdown = diff.render_markdown(diff.compare(prod_base, head))
-    assert markdown.startswith("**ml-platform/prod**: 0 to create, 1 to update, 0 to replace,")
-    assert "| cluster | 3 delete |" in markdown and "| ceph | 1 update, 1 delete |" in markdown
+    counts = "0 to create, 1 to update, 0 to replace, 1 to delete-before-replace,"
+    assert markdown.startswith(f"**ml-platform/prod**: {counts}")
+    assert "| cluster | 4 delete |" in markdown and "| ceph | 1 update, 1 delete |" in markdown
     assert "<details><summary>by host (1 hosts)</summary>" in markdown and "| cpu-04 | 4 delete |" in markdown
     assert "<details><summary>ceph: 1 update, 1 delete</summary>" in markdown
     assert markdown.index("**Danger") < markdown.index("<details>")

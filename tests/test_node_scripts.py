@@ -1,4 +1,4 @@
-"""node-membership.sh and node-remove.sh against a stub kubectl (tests/stubs/kubectl)."""
+"""node-remove.sh against a stub kubectl (tests/stubs/kubectl)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from components.cluster import GPU_TAINT
 from components.remote import SCRIPTS, script_text
 
 STUB = Path(__file__).parent / "stubs" / "kubectl"
@@ -47,48 +46,6 @@ def cluster(tmp_path):
         "gpu-01": blank_node(taints=[{"key": "node.kubernetes.io/not-ready", "value": "", "effect": "NoSchedule"}])
     }
     return FakeCluster(tmp_path, nodes)
-
-
-def membership(cluster: FakeCluster, labels: str, taints: str) -> subprocess.CompletedProcess:
-    return cluster.run("node-membership.sh", NODE_NAME="gpu-01", LABELS=labels, TAINTS=taints, REGISTER_TIMEOUT="5")
-
-
-def test_membership_sets_labels_and_taints_then_changes_nothing(cluster):
-    first = membership(cluster, "ml-platform.io/role=gpu node-role.kubernetes.io/gpu=true", GPU_TAINT)
-    assert first.returncode == 0, first.stderr
-    node = cluster.node("gpu-01")
-    assert node["labels"] == {"ml-platform.io/role": "gpu", "node-role.kubernetes.io/gpu": "true"}
-    assert {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"} in node["taints"]
-    # Taints set by others (the node lifecycle controller) stay.
-    assert any(t["key"] == "node.kubernetes.io/not-ready" for t in node["taints"])
-    assert "changed: taint nvidia.com/gpu=true:NoSchedule" in first.stdout
-
-    second = membership(cluster, "ml-platform.io/role=gpu node-role.kubernetes.io/gpu=true", GPU_TAINT)
-    assert second.returncode == 0, second.stderr
-    assert "changed:" not in second.stdout
-    assert cluster.node("gpu-01") == node
-
-
-def test_membership_removes_what_settings_dropped_and_keeps_foreign_labels(cluster):
-    membership(cluster, "ml-platform.io/role=gpu example.com/team=vision", GPU_TAINT)
-    state = json.loads(cluster.state.read_text())
-    state["nodes"]["gpu-01"]["labels"]["kubernetes.io/hostname"] = "gpu-01"  # set by the kubelet
-    cluster.state.write_text(json.dumps(state))
-
-    result = membership(cluster, "ml-platform.io/role=gpu", "")
-    assert result.returncode == 0, result.stderr
-    node = cluster.node("gpu-01")
-    assert node["labels"] == {"ml-platform.io/role": "gpu", "kubernetes.io/hostname": "gpu-01"}
-    assert not any(t["key"] == "nvidia.com/gpu" for t in node["taints"])
-    assert "changed: removed label example.com/team" in result.stdout
-    assert "changed: removed taint nvidia.com/gpu" in result.stdout
-
-
-def test_membership_fails_when_the_node_never_registers(tmp_path):
-    cluster = FakeCluster(tmp_path, {})
-    result = membership(cluster, "ml-platform.io/role=gpu", GPU_TAINT)
-    assert result.returncode != 0
-    assert "timed out after 5s waiting for node gpu-01 to register" in result.stderr
 
 
 def test_remove_drains_then_deletes(cluster):

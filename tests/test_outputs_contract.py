@@ -23,6 +23,7 @@ from stacks.outputs import CONTRACT, finalize
 # name -> (type, secret). Keep it sorted by name. Changing or deleting a line breaks consumers: see the
 # messages below for what to do instead.
 PUBLISHED: dict[str, tuple[str, bool]] = {
+    "acceptance": ("map[map[string]]", False),
     "apiEndpoint": ("string", False),
     "cephFaultTolerance": ("string", False),
     "cephNamespace": ("string", False),

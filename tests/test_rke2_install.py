@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -351,3 +352,47 @@ def test_a_rename_leaves_the_live_hosts_rke2_alone(host, lab_plan):
     assert "refused: this host runs RKE2 as node 'lab-cpu-9', not 'lab-cpu-2'" in result.stdout
     assert "rke2-uninstall" not in host.calls()
     assert host.file("/usr/local/bin/rke2-uninstall.sh").exists()
+
+
+def _prod_server_params(name: str) -> dict[str, str]:
+    return _plan_params(evaluate("prod"), f"{name}-rke2")
+
+
+@pytest.mark.parametrize(("server", "earlier"), [("cpu-02", []), ("cpu-03", ["10.20.1.12"])])
+def test_further_servers_keep_their_join_order_on_the_hosts(server, earlier):
+    # Every joining server's step starts once the init server runs (no chain through the others), so
+    # the order lives in JOIN_AFTER: the servers before it, which it waits for on a fresh join.
+    params = _prod_server_params(server)
+    assert params.get("JOIN_AFTER", "").split() == [f"{a}:6443" for a in earlier]
+
+
+def test_a_joining_server_waits_for_the_server_before_it(tmp_path):
+    params = {**_prod_server_params("cpu-03"), "NODE_NAME": "cpu-03"}
+    host = Host(tmp_path)
+    host.register("cpu-03")
+    (host.fake / "ping-ok").touch()
+    (host.fake / "server-ca.crt").write_text("ca")
+    token = f"K10{hashlib.sha256(b'ca').hexdigest()}::server:secret"
+    # cpu-02 has not joined yet: cpu-03 does not start, and says whom it waits for.
+    waiting = host.run(params, token=token, timeout="3")
+    assert waiting.returncode != 0
+    assert "the server before this one (10.20.1.12:6443) to answer: servers join one at a time" in waiting.stderr
+    assert not any(" start " in c for c in host.calls())
+    # Once cpu-02's API answers (even 401 to an anonymous request), cpu-03 starts its join.
+    (host.fake / "api-10.20.1.12").touch()
+    joined = host.run(params, token=token, timeout="3")
+    assert joined.returncode == 0, joined.stderr
+    assert "systemctl start --no-block rke2-server.service" in host.calls()
+
+
+def test_a_server_with_etcd_data_does_not_wait_for_the_others(tmp_path):
+    # A running server (an update of its step) never waits: the order matters only for a fresh join.
+    params = {**_prod_server_params("cpu-03"), "NODE_NAME": "cpu-03"}
+    host = Host(tmp_path)
+    host.file("/var/lib/rancher/rke2/server/db/etcd").mkdir(parents=True)
+    host.register("cpu-03")
+    (host.fake / "ping-ok").touch()
+    (host.fake / "server-ca.crt").write_text("ca")
+    result = host.run(params, token=f"K10{hashlib.sha256(b'ca').hexdigest()}::server:secret", timeout="3")
+    assert result.returncode == 0, result.stderr
+    assert not any("readyz" in c for c in host.calls())

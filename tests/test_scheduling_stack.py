@@ -278,8 +278,8 @@ def test_topology_becomes_node_labels_a_kueue_topology_and_a_topology_aware_flav
     gpu09 = next(n for n in load(raw).nodes if n.name == "gpu-09")
     assert node_labels(gpu09)["ml-platform.io/ib-block"] == "block-1"
     assert node_labels(gpu09)["ml-platform.io/ib-rack"] == "rack-2"
-    membership = topology_plan.named("gpu-09-membership")
-    assert "ml-platform.io/ib-block=block-1" in str(topology_plan.revealed[membership["urn"]])
+    patch = topology_plan.named("gpu-09-labels-taints")
+    assert patch["inputs"]["metadata"]["labels"]["ml-platform.io/ib-block"] == "block-1"
 
 
 def test_no_topology_without_node_topology(prod_plan):

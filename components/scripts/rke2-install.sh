@@ -15,13 +15,17 @@
 # RENAMED_FROM names it).
 # A server whose config has no `server:` (the init server) joins the running cluster instead of
 # initialising a new one whenever the registration address answers and the host has no etcd data.
+# Servers join one at a time (rancher/rke2#642, #1600) while every joining server's step starts as soon
+# as the init server runs: a server without etcd data first waits, in order, until each server listed
+# in JOIN_AFTER ("address:6443 ...", the servers before it) answers on its API port, each within
+# JOIN_TIMEOUT. RKE2 starts a server's kube-apiserver only once that server's etcd member runs.
 # Parameters: NODE_NAME RKE2_TYPE (server|agent) RKE2_VERSION INSTALLER_URL ARTIFACT_URL
 #   INSTALL_METHOD RKE2_CONFIG OIDC_CA_PEM REGISTRIES_YAML KUBE_VIP_MANIFEST REGISTRATION_ADDRESS JOIN_TIMEOUT
-#   RENAMED_FROM HOST_ROOT (tests only: prefix of the paths this script reads and writes)
+#   JOIN_AFTER RENAMED_FROM HOST_ROOT (tests only: prefix of the paths this script reads and writes)
 set -euo pipefail
 : "${NODE_NAME:?}" "${RKE2_TYPE:?}" "${RKE2_VERSION:?}" "${INSTALLER_URL:?}" "${INSTALL_METHOD:?}" "${RKE2_CONFIG:?}"
 : "${ARTIFACT_URL=}" "${OIDC_CA_PEM=}" "${REGISTRIES_YAML=}" "${KUBE_VIP_MANIFEST=}" "${REGISTRATION_ADDRESS=}" "${JOIN_TIMEOUT:=900}"
-: "${RENAMED_FROM=}"
+: "${RENAMED_FROM=}" "${JOIN_AFTER=}"
 umask 077
 
 IFS= read -r token || true
@@ -160,10 +164,20 @@ if ! systemctl is-enabled --quiet "$unit"; then
   changed "enabled $unit"
 fi
 
+# Any HTTP answer (401 included) on a server's API port: its kube-apiserver, so its etcd member, runs.
+api_answers() { [[ "$(curl -ks --max-time 5 -o /dev/null -w '%{http_code}' "https://$1/readyz")" =~ ^[1-5][0-9]{2}$ ]]; }
+
 # RKE2's units are Type=notify without a start timeout: never let systemctl block on them.
 if ! systemctl is-active --quiet "$unit"; then
   if grep -q '^server:' "$etc/config.yaml"; then
     await "the registration address $REGISTRATION_ADDRESS to answer" ping_registration
+  fi
+  if [[ $RKE2_TYPE == server && ! -d $etcd_data ]]; then
+    for earlier in $JOIN_AFTER; do
+      deadline=$((SECONDS + JOIN_TIMEOUT))
+      await "the server before this one ($earlier) to answer: servers join one at a time" api_answers "$earlier"
+    done
+    deadline=$((SECONDS + JOIN_TIMEOUT))
   fi
   note "starting $unit (a first server start takes a few minutes)"
   systemctl start --no-block "$unit"

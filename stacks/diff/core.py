@@ -26,12 +26,15 @@ ABSENT = object()
 #   (terraform-provider-random marks each attribute RequiresReplace;
 #   pulumi_random/random_password.py: `keepers` "trigger recreation").
 # - core/v1 ConfigMap: also `.data`, `.binaryData` (forcenew.go).
+# - batch/v1 Job: also `.spec.selector`, `.spec.template` (forcenew.go, `var job`; Kubernetes itself
+#   refuses a change to a Job's template).
 # - tls:index/*: every argument (terraform-provider-tls marks each one RequiresReplace).
 K8S_OBJECT = ("metadata.name", "metadata.namespace")
 ZABBIX_KINDS = ("HostGroup", "GlobalMacro", "TemplateImport", "Host", "MediaType", "UserGroup", "User", "Action")
 TLS_TYPES = ("privateKey:PrivateKey", "selfSignedCert:SelfSignedCert", "certRequest:CertRequest")
 REPLACE_ON: dict[str, tuple[str, ...]] = {
     "kubernetes:core/v1:ConfigMap": (*K8S_OBJECT, "data", "binaryData"),
+    "kubernetes:batch/v1:Job": (*K8S_OBJECT, "spec.selector", "spec.template"),
     **{f"tls:index/{t}": ("",) for t in (*TLS_TYPES, "locallySignedCert:LocallySignedCert")},
     "kubernetes:helm.sh/v3:Release": ("name", "namespace"),
     "kubernetes:storage.k8s.io/v1:StorageClass": (*K8S_OBJECT, "parameters", "provisioner"),
@@ -292,7 +295,9 @@ def _dynamic_deletes_first(resource: dict[str, Any]) -> bool:
 def _host(resource: dict[str, Any]) -> Optional[str]:
     if resource["type"] != "command:remote:Command":
         return None
-    return command_env(resource["inputs"].get("create")).get("NODE_NAME")
+    inputs = resource["inputs"]
+    # A step that runs only at delete (a node's membership) names its node there.
+    return command_env(inputs.get("create") or inputs.get("delete")).get("NODE_NAME")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ from typing import Any
 from settings.rules import rke2_release
 from stacks.diff.core import DangerClass, Sides, command_env
 
+NODE_PATCH = "kubernetes:core/v1:NodePatch"
+
 PLAN_TYPE = "kubernetes:upgrade.cattle.io/v1:Plan"
 # As components/upgrades.py names them (tests/test_upgrades.py keeps them equal); the diff reads plans,
 # it does not import the program.
@@ -108,7 +110,7 @@ def _checked_version(resources: dict[str, dict]) -> str:
 
 
 def _node_labels(resources: dict[str, dict]) -> dict[str, dict]:
-    """Each node's labels as its membership step sets them, plus RKE2's control-plane label on servers."""
+    """Each node's labels as its NodePatch applies them, plus RKE2's control-plane label on servers."""
     servers = {
         command_env(r["inputs"].get("create")).get("NODE_NAME")
         for r in resources.values()
@@ -118,12 +120,12 @@ def _node_labels(resources: dict[str, dict]) -> dict[str, dict]:
     }
     nodes = {}
     for r in resources.values():
-        if r["type"] == COMMAND and r["name"].endswith("-membership"):
-            env = command_env(r["inputs"].get("create"))
-            labels = dict(item.split("=", 1) for item in env.get("LABELS", "").split() if "=" in item)
-            if env.get("NODE_NAME") in servers:
+        if r["type"] == NODE_PATCH and r["name"].endswith("-labels-taints"):
+            metadata = r["inputs"].get("metadata", {})
+            labels = dict(metadata.get("labels") or {})
+            if metadata.get("name") in servers:
                 labels[CONTROL_PLANE_LABEL] = "true"
-            nodes[env.get("NODE_NAME")] = labels
+            nodes[metadata.get("name")] = labels
     return nodes
 
 

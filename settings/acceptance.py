@@ -1,0 +1,111 @@
+"""`ml-platform:acceptance`: the checks every `pulumi up` ends with, and the drift probe.
+
+Each check is a Kubernetes Job the engine waits for (components/acceptance.py). A failed check fails the
+`up` naming the check and the node, unless it is `advisory`: then the check reports the failure (stack
+output, report) and the `up` goes on. Checks re-run when the platform's settings change or when `run` is
+raised; an `up` with unchanged settings re-runs nothing.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from settings.types import Image, Model, Name
+
+# Images. Neither publisher lists a digest we can cite, so both are pinned by tag (docs/acceptance.md).
+# pytorch/pytorch: the tag Kubeflow Trainer v2.3.0's torch runtime uses (charts/kubeflow-trainer values);
+# alpine: the tag of its runtime installer Job (same chart).
+GPU_IMAGE = "docker.io/pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
+TOOLS_IMAGE = "docker.io/library/alpine:3.21"
+
+
+class Check(Model):
+    enabled: bool = Field(default=True, description="Run this check on `up`.")
+    advisory: bool = Field(
+        default=False,
+        description="A failure is reported (stack output `acceptance`, the report) but does not fail the `up`.",
+    )
+    timeout_seconds: int = Field(
+        default=600,
+        ge=60,
+        le=7200,
+        description="How long the engine waits for the Job (`pulumi.com/timeoutSeconds`, the Job's "
+        "`activeDeadlineSeconds`); a Job still pending then (e.g. GPUs not allocatable) fails.",
+    )
+
+
+class NcclCheck(Check):
+    ib_link_rate_gbps: int = Field(
+        default=400,
+        ge=10,
+        description="Line rate of one GPU node's InfiniBand link(s) in Gb/s, all ports together (NDR: 400 per port).",
+    )
+    ib_floor_fraction: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="The two-node all-reduce passes at this fraction of the link rate (bus bandwidth, GB/s = "
+        "rate / 8 x fraction); nccl-tests reaches about 0.9 on a healthy fabric.",
+    )
+    nvlink_floor_gbs: float = Field(
+        default=100.0,
+        gt=0,
+        description="The single-node (NVLink) all-reduce passes at this bus bandwidth in GB/s.",
+    )
+    message_size: str = Field(
+        default="1G", pattern=r"^[0-9]+[KMG]$", description="Largest message of the all-reduce sweep (nccl-tests -e)."
+    )
+
+    @property
+    def ib_floor_gbs(self) -> float:
+        """The two-node floor in GB/s, derived from the link rate."""
+        return round(self.ib_link_rate_gbps / 8 * self.ib_floor_fraction, 1)
+
+
+class StorageCheck(Check):
+    size_mib: int = Field(default=1024, ge=16, le=65536, description="Data written and read back per volume.")
+    floor_mib_s: int = Field(
+        default=100, ge=1, description="Each volume passes at this sequential write and read throughput (MiB/s)."
+    )
+
+
+class MonitoringCheck(Check):
+    max_age_seconds: int = Field(
+        default=600, ge=60, description="Every inventory host's `agent.ping` must be at most this old in Zabbix."
+    )
+
+
+class DriftProbe(Model):
+    enabled: bool = Field(default=True, description="Run the drift probe DaemonSet (docs/acceptance.md).")
+    interval_seconds: int = Field(default=3600, ge=60, description="How often each node refreshes its fingerprint.")
+
+
+class AcceptanceSettings(Model):
+    namespace: Name = Field(default="ml-platform-acceptance", description="Namespace of the checks and the probe.")
+    run: int = Field(
+        default=0,
+        ge=0,
+        description="Raise it to run every check again on the next `up` with otherwise unchanged settings.",
+    )
+    gpu_image: Image = Field(
+        default=GPU_IMAGE,
+        description="Image of the GPU node and NCCL checks (sh, python3 with torch and its NCCL); pinned by tag, "
+        "pulled through the containerd mirrors like every other image.",
+    )
+    tools_image: Image = Field(
+        default=TOOLS_IMAGE, description="Image of the storage, scheduling, monitoring checks and the drift probe."
+    )
+    gpu_nodes: Check = Field(
+        default=Check(),
+        description="Every GPU node: the GPU Operator's validations, all inventory GPUs and the RDMA resource "
+        "allocatable.",
+    )
+    nccl: NcclCheck = Field(default=NcclCheck(), description="NCCL all-reduce over InfiniBand and NVLink.")
+    storage: StorageCheck = Field(
+        default=StorageCheck(), description="Write and read back on tier 1, RBD and CephFS; S3 round trip on MinIO."
+    )
+    scheduling: Check = Field(default=Check(), description="A small gang job through each team's LocalQueue.")
+    monitoring: MonitoringCheck = Field(
+        default=MonitoringCheck(), description="Fresh data in Zabbix from every inventory host."
+    )
+    drift: DriftProbe = Field(default=DriftProbe(), description="The per-node fingerprint DaemonSet.")
