@@ -59,6 +59,10 @@ def summary(plan: Plan) -> str:
     lines += ["", "Per type:"]
     for type_, count in sorted(Counter(r["type"] for r in resources).items()):
         lines.append(f"  {count:5d}  {type_}")
+    workloads = [r for r in resources if r["type"] in WORKLOAD_TYPES]
+    if workloads:
+        lines += ["", "Workloads the program runs itself (not from a chart), and how long an `up` waits for each:"]
+        lines += [_workload(r) for r in sorted(workloads, key=lambda r: (r["type"], r["name"]))]
     if plan.reads:
         lines += ["", "Reads (objects the program reads at every run and does not manage):"]
         lines += [f"  read {r['name']} [{r['type']}] id {r['id']}" for r in plan.reads]
@@ -69,6 +73,29 @@ def summary(plan: Plan) -> str:
     if SECRET in plan.outputs.values():
         lines.append("  ([secret] values are Pulumi secrets; the real stack shows them with --show-secrets)")
     return "\n".join(lines)
+
+
+WORKLOAD_TYPES = {
+    f"kubernetes:{kind}" for kind in ("batch/v1:Job", "batch/v1:CronJob", "apps/v1:DaemonSet", "apps/v1:Deployment")
+}
+
+
+def _workload(resource: dict) -> str:
+    """One line per workload: kind, namespace/name, and what the engine waits for. pulumi-kubernetes 4.x
+    waits for a Job until Complete (failing the `up` when it fails) and a Deployment until ready, 10 min
+    by default (their resources' documentation), a DaemonSet until rolled out (pulumi/pulumi-kubernetes#2953);
+    `pulumi.com/timeoutSeconds` bounds the wait. A CronJob is created, not awaited."""
+    meta = resource["inputs"].get("metadata", {})
+    kind = resource["type"].rsplit(":", 1)[1]
+    timeout = meta.get("annotations", {}).get("pulumi.com/timeoutSeconds")
+    wait = {"Job": "until Complete", "DaemonSet": "until rolled out", "Deployment": "until ready"}.get(kind)
+    if wait is None:
+        wait = "created, not awaited"
+    elif timeout:
+        wait += f", at most {timeout} s"
+    else:
+        wait += ", the provider's default timeout"
+    return f"  {kind:10s} {meta.get('namespace', '')}/{meta.get('name', resource['name'])}: {wait}"
 
 
 def _owner(resource: dict, by_urn: dict[str, dict], components: dict[str, dict]) -> Optional[str]:

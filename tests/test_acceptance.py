@@ -12,6 +12,7 @@ import pytest
 
 from components.acceptance import CHECKS, CHECKS_CONFIGMAP, SCRIPTS, check_program
 from stacks import acceptance_report, engine
+from stacks.plan import summary
 from tests.conftest import evaluate, problems
 from tests.s3server import serve_s3
 from tests.test_scripts import _shellcheck
@@ -24,6 +25,18 @@ def jobs(plan) -> dict[str, dict]:
 
 
 # ---------------------------------------------------------------------------------------------- the plan
+
+
+def test_the_preview_lists_every_check_with_its_wait_and_the_drift_probe(prod_plan):
+    # What `make plan` prints: each acceptance Job, what the engine waits for and how long, the probe.
+    text = summary(prod_plan)
+    section = text.split("Workloads the program runs itself")[1].split("\n\n")[0]
+    for job in jobs(prod_plan).values():
+        meta = job["inputs"]["metadata"]
+        timeout = meta["annotations"]["pulumi.com/timeoutSeconds"]
+        assert f"Job        {meta['namespace']}/{meta['name']}: until Complete, at most {timeout} s" in section
+    assert "DaemonSet  ml-platform-acceptance/drift-probe: until rolled out" in section
+    assert "CronJob    llm-train/datasets: created, not awaited" in section
 
 
 def test_every_check_is_a_job_the_engine_waits_for_with_a_bounded_timeout(prod_plan):

@@ -15,6 +15,7 @@ from settings import Charts, Settings
 from settings.load import _unwrap
 from stacks import docs
 from stacks.outputs import CONTRACT
+from stacks.plan import summary
 from tests.conftest import ROOT
 
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -155,3 +156,12 @@ def test_every_limit_stated_on_a_page_is_collected_in_limitations():
         limits = page.read_text().split("\n## Limits\n", 1)[1].split("\n## ", 1)[0]
         for bullet in _bullets(limits.split("\nAll limitations of the platform", 1)[0]):
             assert bullet in collected, f"docs/limitations.md does not collect this limit of {page.name}: {bullet}"
+
+
+def test_the_readme_excerpt_of_make_plan_is_what_make_plan_prints(prod_plan):
+    readme = (ROOT / "README.md").read_text()
+    excerpt = readme.split("```\nOffline preview of ml-platform/prod", 1)[1].split("```", 1)[0]
+    printed = summary(prod_plan).splitlines()
+    lines = [f"Offline preview of ml-platform/prod{excerpt.splitlines()[0]}", *excerpt.splitlines()[1:]]
+    stale = [line for line in lines if line not in ("", "...") and line not in printed]
+    assert not stale, f"README's `make plan` excerpt is not what it prints now: {stale}"
