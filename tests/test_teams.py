@@ -17,6 +17,7 @@ from types import ModuleType
 import pytest
 import yaml
 
+from components.common import InCluster
 from components.public_contract import CONTRACT_CONFIGMAP, CONTRACT_NAMESPACE, PublicContract, PublicContractArgs
 from settings import SettingsError
 from stacks import engine
@@ -145,7 +146,7 @@ def test_a_secret_given_to_the_public_contract_is_refused():
         PublicContract(
             "contract",
             PublicContractArgs(
-                values={"apiEndpoint": "https://x", "leak": engine_secret()}, provider=None, cluster_ready=[]
+                values={"apiEndpoint": "https://x", "leak": engine_secret()}, in_cluster=InCluster(None, [])
             ),
         )
         return {}
