@@ -347,37 +347,18 @@ def test_s3_round_trip_against_a_real_s3_server(tmp_path):
     with serve_s3(tmp_path, buckets=("cephfs-backup",)) as s3:
         work = tmp_path / "work"
         work.mkdir()
-        proc = run_check(
-            "s3.sh",
-            tmp_path,
-            {},
-            CHECK="storage-s3",
-            NODE="cephfs-backup",
-            BUCKET="cephfs-backup",
-            PREFIX="datasets",
-            SIZE_MIB="2",
-            FLOOR_MIB_S="0.1",
-            WORK=str(work),
-            **s3.env,
-        )
+
+        def s3_check(node: str, bucket: str, size_mib: str) -> subprocess.CompletedProcess:
+            env = dict(PREFIX="datasets", SIZE_MIB=size_mib, FLOOR_MIB_S="0.1", WORK=str(work), **s3.env)
+            return run_check("s3.sh", tmp_path, {}, CHECK="storage-s3", NODE=node, BUCKET=bucket, **env)
+
+        proc = s3_check("cephfs-backup", "cephfs-backup", "2")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert result_line(proc)["status"] == "passed"
         assert not list((s3.root / "cephfs-backup").rglob("*.*")) and not any(
             p.is_file() for p in (s3.root / "cephfs-backup").rglob("*")
         )  # deleted again
-        missing = run_check(
-            "s3.sh",
-            tmp_path,
-            {},
-            CHECK="storage-s3",
-            NODE="no-bucket",
-            BUCKET="no-such-bucket",
-            PREFIX="datasets",
-            SIZE_MIB="1",
-            FLOOR_MIB_S="0.1",
-            WORK=str(work),
-            **s3.env,
-        )
+        missing = s3_check("no-bucket", "no-such-bucket", "1")
         assert missing.returncode == 1 and "acceptance check storage-s3 failed on no-bucket: put of" in missing.stderr
 
 
