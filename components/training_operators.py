@@ -36,6 +36,12 @@ from settings.scheduling import TrainingOperators as TrainingOperatorsSettings
 
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
 TORCH_RUNTIME = "torch-distributed"
+# Why each operator's namespace is at its Pod Security level.
+JOBSET_NAMESPACE_REASON = (
+    "JobSet's chart sets no runAsNonRoot, no seccomp profile on its controller (restricted needs both)"
+)
+TRAINER_NAMESPACE_REASON = "the Trainer controller runs as non-root, seccomp RuntimeDefault, all capabilities dropped"
+KUBERAY_NAMESPACE_REASON = "the KubeRay operator runs as non-root, seccomp RuntimeDefault, all capabilities dropped"
 
 
 @dataclass(frozen=True)
@@ -54,28 +60,22 @@ class TrainingOperators(pulumi.ComponentResource):
     def __init__(self, name: str, args: TrainingOperatorsArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("mlplatform:scheduling:TrainingOperators", name, None, opts)
         ops, charts = args.operators, args.charts
+        self._name, self._in_cluster = name, args.in_cluster
         self.installed = [op for op in ("jobset", "trainer", "kuberay") if getattr(ops, op)]
         jobset = None
         if ops.jobset:
+            # values {}: the published chart's defaults (registry.k8s.io/jobset/jobset:v0.12.0).
             jobset = self._operator(
-                f"{name}-jobset",
-                args.in_cluster,
-                charts.jobset,
-                "jobset",
-                ops.jobset_namespace,
-                "baseline",
-                "JobSet's chart sets no runAsNonRoot, no seccomp profile on its controller (restricted needs both)",
-                values={},  # the published chart's defaults: registry.k8s.io/jobset/jobset:v0.12.0
+                "jobset", charts.jobset, "jobset", ops.jobset_namespace, "baseline", JOBSET_NAMESPACE_REASON, values={}
             )
         if ops.trainer:
             trainer = self._operator(
-                f"{name}-trainer",
-                args.in_cluster,
+                "trainer",
                 charts.kubeflow_trainer,
                 "kubeflow-trainer",
                 ops.trainer_namespace,
                 "restricted",
-                "the Trainer controller runs as non-root, seccomp RuntimeDefault, all capabilities dropped",
+                TRAINER_NAMESPACE_REASON,
                 values=trainer_values(),
                 after=[jobset] if jobset else [],
             )
@@ -89,21 +89,19 @@ class TrainingOperators(pulumi.ComponentResource):
             )
         if ops.kuberay:
             self._operator(
-                f"{name}-kuberay",
-                args.in_cluster,
+                "kuberay",
                 charts.kuberay_operator,
                 "kuberay-operator",
                 ops.kuberay_namespace,
                 "restricted",
-                "the KubeRay operator runs as non-root, seccomp RuntimeDefault, all capabilities dropped",
+                KUBERAY_NAMESPACE_REASON,
                 values=kuberay_values(),
             )
         self.register_outputs({"installed": self.installed})
 
     def _operator(
         self,
-        resource_name: str,
-        in_cluster: InCluster,
+        key: str,
         chart: Chart,
         release_name: str,
         namespace: str,
@@ -114,6 +112,7 @@ class TrainingOperators(pulumi.ComponentResource):
     ) -> k8s.helm.v3.Release:
         """One operator: its namespace (`reason` saying why it is at `level`) and its release, which
         waits for the cluster, the namespace and `after`."""
+        resource_name, in_cluster = f"{self._name}-{key}", self._in_cluster
         ns = in_cluster.namespace(f"{resource_name}-namespace", namespace, level, reason, self)
         return release(
             resource_name,
