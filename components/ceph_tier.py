@@ -94,12 +94,14 @@ class CephTier(pulumi.ComponentResource):
         # Host half: per storage host, in parallel, right after its preparation.
         for node in hosts:
             self.disk_steps[node.name] = args.host_steps.script(
-                f"{node.name}-ceph-disks", node.name, "ceph-osd-devices.sh", disk_params(node), self
+                f"{node.name}-ceph-disks", node.name, "ceph-osd-devices.sh", disk_params(node), parent=self
             )
 
         # Cluster half: the namespace, the operator (CRDs, ceph-csi-operator), the CSI drivers, then the
         # cluster once the disks are checked.
-        namespace = args.in_cluster.namespace(f"{name}-namespace", ceph.namespace, "privileged", NAMESPACE_REASON, self)
+        namespace = args.in_cluster.namespace(
+            f"{name}-namespace", ceph.namespace, "privileged", NAMESPACE_REASON, parent=self
+        )
         operator = release(
             f"{name}-operator",
             args.charts.rook_ceph,

@@ -24,7 +24,7 @@ class HostSteps:
     ready: Mapping[str, pulumi.Resource]
 
     def script(
-        self, resource_name: str, node: str, script: str, params: Mapping[str, str], parent: pulumi.Resource
+        self, resource_name: str, node: str, script: str, params: Mapping[str, str], *, parent: pulumi.Resource
     ) -> command.remote.Command:
         """`script` with `params` on `node`, after that node's preparation."""
         return host_script(
@@ -43,12 +43,12 @@ class InCluster:
     provider: k8s.Provider
     ready: Sequence[pulumi.Resource]
 
-    def options(self, parent: pulumi.Resource) -> pulumi.ResourceOptions:
+    def options(self, *, parent: pulumi.Resource) -> pulumi.ResourceOptions:
         """Resource options of an object that needs nothing more than the cluster."""
         return pulumi.ResourceOptions(parent=parent, provider=self.provider, depends_on=list(self.ready))
 
     def namespace(
-        self, resource_name: str, name: str, level: Level, reason: str, parent: pulumi.Resource
+        self, resource_name: str, name: str, level: Level, reason: str, *, parent: pulumi.Resource
     ) -> k8s.core.v1.Namespace:
         """`platform_namespace` in this cluster, once it is ready."""
         return platform_namespace(

@@ -113,13 +113,13 @@ class GpuPool(pulumi.ComponentResource):
 
         self.nvme = {
             node.name: args.host_steps.script(
-                f"{node.name}-nvme", node.name, "nvme-tier1.sh", nvme_params(node, tier1), self
+                f"{node.name}-nvme", node.name, "nvme-tier1.sh", nvme_params(node, tier1), parent=self
             )
             for node in args.gpu_nodes
             if node.nvme
         }
 
-        k8s_opts = args.in_cluster.options(self)
+        k8s_opts = args.in_cluster.options(parent=self)
         # One Namespace when both settings name the same one.
         namespaces: dict[str, k8s.core.v1.Namespace] = {}
         for role, namespace, reason in (
@@ -128,7 +128,7 @@ class GpuPool(pulumi.ComponentResource):
         ):
             if namespace not in namespaces:
                 namespaces[namespace] = args.in_cluster.namespace(
-                    f"{name}-{role}-namespace", namespace, "privileged", reason, self
+                    f"{name}-{role}-namespace", namespace, "privileged", reason, parent=self
                 )
 
         self.operator = release(

@@ -104,7 +104,7 @@ class NetworkFabric(pulumi.ComponentResource):
         if network.cni == "calico":
             cni_waits.append(
                 args.in_cluster.namespace(
-                    f"{name}-cni-namespace", cni_namespace, "privileged", TIGERA_NAMESPACE_REASON, self
+                    f"{name}-cni-namespace", cni_namespace, "privileged", TIGERA_NAMESPACE_REASON, parent=self
                 )
             )
         cni_release = release(
@@ -129,7 +129,7 @@ class NetworkFabric(pulumi.ComponentResource):
                 node.name,
                 "infiniband-host.sh",
                 infiniband_params(node, args.cluster, ib),
-                self,
+                parent=self,
             )
             for node in args.gpu_nodes
         }
@@ -152,7 +152,7 @@ class NetworkFabric(pulumi.ComponentResource):
             NETWORK_OPERATOR_NAMESPACE,
             "privileged",
             NETWORK_OPERATOR_NAMESPACE_REASON,
-            self,
+            parent=self,
         )
         operator = release(
             f"{name}-network-operator",

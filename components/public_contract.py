@@ -37,7 +37,7 @@ class PublicContract(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: PublicContractArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("mlplatform:contract:PublicContract", name, None, opts)
-        k8s_opts = args.in_cluster.options(self)
+        k8s_opts = args.in_cluster.options(parent=self)
         data = {key: _public_json(key, value) for key, value in args.values.items()}
         k8s.core.v1.ConfigMap(
             f"{name}-configmap",

@@ -182,14 +182,14 @@ class SchedulingStack(pulumi.ComponentResource):
             sched.volcano_namespace,
             "baseline",
             "Volcano's containers add DAC_OVERRIDE (chart default_csc), which restricted refuses",
-            self,
+            parent=self,
         )
         kueue_ns = args.in_cluster.namespace(
             f"{name}-kueue-namespace",
             sched.kueue_namespace,
             "restricted",
             "Kueue's manager runs as non-root, seccomp RuntimeDefault, all capabilities dropped",
-            self,
+            parent=self,
         )
         volcano = release(
             f"{name}-volcano",
@@ -273,7 +273,7 @@ class SchedulingStack(pulumi.ComponentResource):
         team that keeps its namespaces keeps them (the aliases carry over the names they had when they
         were keyed by the team); the ClusterQueue, its LocalQueues and the team's policy are replaced."""
         args, prefix = self._args, f"{self._name}-team-{team.name}"
-        k8s_opts = args.in_cluster.options(self)
+        k8s_opts = args.in_cluster.options(parent=self)
         cluster_queue = self._custom(
             "ClusterQueue",
             team.name,

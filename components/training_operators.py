@@ -113,7 +113,7 @@ class TrainingOperators(pulumi.ComponentResource):
         """One operator: its namespace (`reason` saying why it is at `level`) and its release, which
         waits for the cluster, the namespace and `after`."""
         resource_name, in_cluster = f"{self._name}-{key}", self._in_cluster
-        ns = in_cluster.namespace(f"{resource_name}-namespace", namespace, level, reason, self)
+        ns = in_cluster.namespace(f"{resource_name}-namespace", namespace, level, reason, parent=self)
         return release(
             resource_name,
             chart,

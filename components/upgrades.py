@@ -118,7 +118,9 @@ class ClusterUpgrades(pulumi.ComponentResource):
     def __init__(self, name: str, args: ClusterUpgradesArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("mlplatform:upgrades:ClusterUpgrades", name, None, opts)
         k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.in_cluster.provider)
-        namespace = args.in_cluster.namespace(f"{name}-namespace", NAMESPACE, "privileged", NAMESPACE_REASON, self)
+        namespace = args.in_cluster.namespace(
+            f"{name}-namespace", NAMESPACE, "privileged", NAMESPACE_REASON, parent=self
+        )
         # Retained: deleting the CRD deletes every Plan (and the controller recreates it at start anyway).
         crd_doc = yaml.safe_load(PLAN_CRD_FILE.read_text())
         crd = k8s.apiextensions.v1.CustomResourceDefinition(
