@@ -24,17 +24,15 @@ change, and settings refuse to drop every storage host while `storage.ceph.deplo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from components.cluster import GPU_TAINT
+from components.common import HostSteps, InCluster
 from components.helm import release
-from components.namespaces import platform_namespace
-from components.remote import HostAccess, host_script
 from settings import CephSettings, Charts, NodeSettings
 
 STORAGE_LABEL = "ml-platform.io/ceph-storage"  # set by ClusterBootstrap on every node with osdDevices
@@ -65,10 +63,8 @@ class CephTierArgs:
     ceph: CephSettings
     charts: Charts
     storage_hosts: list[NodeSettings]
-    hosts: Mapping[str, HostAccess]
-    host_ready: Mapping[str, pulumi.Resource]
-    provider: k8s.Provider
-    cluster_ready: Sequence[pulumi.Resource]
+    host_steps: HostSteps
+    in_cluster: InCluster
 
 
 class CephTier(pulumi.ComponentResource):
@@ -97,24 +93,14 @@ class CephTier(pulumi.ComponentResource):
 
         # Host half: per storage host, in parallel, right after its preparation.
         for node in hosts:
-            self.disk_steps[node.name] = host_script(
-                f"{node.name}-ceph-disks",
-                args.hosts[node.name],
-                "ceph-osd-devices.sh",
-                disk_params(node),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[args.host_ready[node.name]]),
+            self.disk_steps[node.name] = args.host_steps.script(
+                f"{node.name}-ceph-disks", node.name, "ceph-osd-devices.sh", disk_params(node), parent=self
             )
 
         # Cluster half: the namespace, the operator (CRDs, ceph-csi-operator), the CSI drivers, then the
         # cluster once the disks are checked.
-        namespace = platform_namespace(
-            f"{name}-namespace",
-            ceph.namespace,
-            "privileged",
-            NAMESPACE_REASON,
-            provider=args.provider,
-            parent=self,
-            depends_on=args.cluster_ready,
+        namespace = args.in_cluster.namespace(
+            f"{name}-namespace", ceph.namespace, "privileged", NAMESPACE_REASON, parent=self
         )
         operator = release(
             f"{name}-operator",
@@ -122,9 +108,9 @@ class CephTier(pulumi.ComponentResource):
             release_name=OPERATOR_RELEASE,
             namespace=ceph.namespace,
             values=operator_values(),
-            provider=args.provider,
+            provider=args.in_cluster.provider,
             parent=self,
-            depends_on=[*args.cluster_ready, namespace],
+            depends_on=[*args.in_cluster.ready, namespace],
             opts=PROTECTED,
         )
         drivers = release(
@@ -133,7 +119,7 @@ class CephTier(pulumi.ComponentResource):
             release_name=CSI_DRIVERS_RELEASE,
             namespace=ceph.namespace,
             values=csi_drivers_values(ceph.namespace),
-            provider=args.provider,
+            provider=args.in_cluster.provider,
             parent=self,
             # The Driver CRD comes with the operator's ceph-csi-operator subchart.
             depends_on=[operator, namespace],
@@ -146,7 +132,7 @@ class CephTier(pulumi.ComponentResource):
             release_name=CLUSTER_RELEASE,
             namespace=ceph.namespace,
             values=cluster_values(ceph, hosts),
-            provider=args.provider,
+            provider=args.in_cluster.provider,
             parent=self,
             depends_on=[operator, drivers, namespace, *self.disk_steps.values()],
             # MONs, MGRs and the OSD prepare jobs come up before the chart's toolbox is Ready.

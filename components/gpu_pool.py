@@ -28,7 +28,7 @@ mounts every listed device at `<mountRoot>/<device basename>` (fstab by UUID, no
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -38,9 +38,8 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.cluster import GPU_TAINT, ROLE_LABEL
+from components.common import HostSteps, InCluster
 from components.helm import release
-from components.namespaces import platform_namespace
-from components.remote import HostAccess, host_script
 from settings import Charts, GpuSettings, NodeSettings, NvmeDevice, Tier1Settings
 
 # RKE2's embedded containerd (docs.rke2.io: CLI tools; advanced: configuring containerd).
@@ -81,10 +80,8 @@ class GpuPoolArgs:
     gpu: GpuSettings
     charts: Charts
     gpu_nodes: list[NodeSettings]
-    hosts: Mapping[str, HostAccess]
-    host_ready: Mapping[str, pulumi.Resource]
-    provider: k8s.Provider
-    cluster_ready: Sequence[pulumi.Resource]
+    host_steps: HostSteps
+    in_cluster: InCluster
     # Deploy the chart's own Node Feature Discovery. False when another NFD in the cluster (e.g. the
     # Network Operator's) already labels the nodes' PCI devices: two NFD masters fight over labels.
     deploy_nfd: bool = True
@@ -115,18 +112,14 @@ class GpuPool(pulumi.ComponentResource):
         self.storage_classes = {"tier1": tier1.storage_class_name}
 
         self.nvme = {
-            node.name: host_script(
-                f"{node.name}-nvme",
-                args.hosts[node.name],
-                "nvme-tier1.sh",
-                nvme_params(node, tier1),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[args.host_ready[node.name]]),
+            node.name: args.host_steps.script(
+                f"{node.name}-nvme", node.name, "nvme-tier1.sh", nvme_params(node, tier1), parent=self
             )
             for node in args.gpu_nodes
             if node.nvme
         }
 
-        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.cluster_ready))
+        k8s_opts = args.in_cluster.options(parent=self)
         # One Namespace when both settings name the same one.
         namespaces: dict[str, k8s.core.v1.Namespace] = {}
         for role, namespace, reason in (
@@ -134,14 +127,8 @@ class GpuPool(pulumi.ComponentResource):
             ("tier1", tier1.namespace, TIER1_NAMESPACE_REASON),
         ):
             if namespace not in namespaces:
-                namespaces[namespace] = platform_namespace(
-                    f"{name}-{role}-namespace",
-                    namespace,
-                    "privileged",
-                    reason,
-                    provider=args.provider,
-                    parent=self,
-                    depends_on=args.cluster_ready,
+                namespaces[namespace] = args.in_cluster.namespace(
+                    f"{name}-{role}-namespace", namespace, "privileged", reason, parent=self
                 )
 
         self.operator = release(
@@ -150,9 +137,9 @@ class GpuPool(pulumi.ComponentResource):
             release_name="gpu-operator",
             namespace=gpu.namespace,
             values=gpu_operator_values(gpu, deploy_nfd=args.deploy_nfd),
-            provider=args.provider,
+            provider=args.in_cluster.provider,
             parent=self,
-            depends_on=[*args.cluster_ready, namespaces[gpu.namespace]],
+            depends_on=[*args.in_cluster.ready, namespaces[gpu.namespace]],
         )
         self.provisioner = release(
             f"{name}-tier1-provisioner",
@@ -160,9 +147,9 @@ class GpuPool(pulumi.ComponentResource):
             release_name="local-static-provisioner",
             namespace=tier1.namespace,
             values=provisioner_values(tier1),
-            provider=args.provider,
+            provider=args.in_cluster.provider,
             parent=self,
-            depends_on=[*args.cluster_ready, namespaces[tier1.namespace]],
+            depends_on=[*args.in_cluster.ready, namespaces[tier1.namespace]],
         )
         # What runs on the GPU nodes' behalf cluster-wide: what checks of those nodes wait for.
         self.ready: list[pulumi.Resource] = [self.operator, self.provisioner]

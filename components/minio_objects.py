@@ -65,6 +65,32 @@ def _changed(olds: dict[str, Any], news: dict[str, Any], keys: tuple[str, ...]) 
     return [key for key in keys if olds.get(key) != news.get(key)]
 
 
+class _EnsuringProvider(ResourceProvider):
+    """A provider whose create and update both bring the object to its props (`ensure`, idempotent).
+    Its id is `props[identity[0]]`; a change of an `identity` key replaces it, of a `settings` or
+    connection key updates it in place."""
+
+    identity: tuple[str, ...]
+    settings: tuple[str, ...]
+    delete_before_replace: bool
+
+    def ensure(self, props: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        self.ensure(props)
+        return CreateResult(id_=props[self.identity[0]], outs=props)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        replaces = _changed(olds, news, self.identity)
+        changes = replaces + _changed(olds, news, self.settings + CONNECTION_KEYS)
+        return DiffResult(changes=bool(changes), replaces=replaces, delete_before_replace=self.delete_before_replace)
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        self.ensure(news)
+        return UpdateResult(outs=news)
+
+
 # --- buckets -------------------------------------------------------------------------------------
 
 BUCKET_KEYS = ("versioning", "noncurrentDays", "lockDays")
@@ -132,19 +158,13 @@ def ensure_bucket(client: Minio, props: dict[str, Any]) -> list[str]:
     return done
 
 
-class BucketProvider(ResourceProvider):
-    def create(self, props: dict[str, Any]) -> CreateResult:
+class BucketProvider(_EnsuringProvider):
+    identity = ("bucket",)
+    settings = BUCKET_KEYS
+    delete_before_replace = False
+
+    def ensure(self, props: dict[str, Any]) -> None:
         ensure_bucket(s3_client(props), props)
-        return CreateResult(id_=props["bucket"], outs=props)
-
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        replaces = _changed(olds, news, ("bucket",))
-        changes = replaces + _changed(olds, news, BUCKET_KEYS + CONNECTION_KEYS)
-        return DiffResult(changes=bool(changes), replaces=replaces, delete_before_replace=False)
-
-    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
-        ensure_bucket(s3_client(news), news)
-        return UpdateResult(outs=news)
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         """`pulumi refresh`: a bucket removed behind the program's back leaves the state (the next
@@ -236,19 +256,13 @@ def ensure_user(admin: MinioAdmin, props: dict[str, Any]) -> None:
     admin.policy_set(props["policyName"], user=props["user"])
 
 
-class UserProvider(ResourceProvider):
-    def create(self, props: dict[str, Any]) -> CreateResult:
+class UserProvider(_EnsuringProvider):
+    identity = ("user", "policyName")
+    settings = USER_KEYS
+    delete_before_replace = True  # the same user name cannot exist twice
+
+    def ensure(self, props: dict[str, Any]) -> None:
         ensure_user(admin_client(props), props)
-        return CreateResult(id_=props["user"], outs=props)
-
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        replaces = _changed(olds, news, ("user", "policyName"))
-        changes = replaces + _changed(olds, news, USER_KEYS + CONNECTION_KEYS)
-        return DiffResult(changes=bool(changes), replaces=replaces, delete_before_replace=True)
-
-    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
-        ensure_user(admin_client(news), news)
-        return UpdateResult(outs=news)
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         """`pulumi refresh`: a user removed behind the program's back leaves the state (the next `up`

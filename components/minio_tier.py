@@ -31,6 +31,7 @@ import pulumi_random as random
 import pulumi_tls as tls
 
 from components import minio_backup
+from components.common import InCluster
 from components.minio_objects import Bucket, User, bucket_policy, prefix_policy
 from components.remote import HostAccess, host_script
 from settings import CephSettings, EtcdSnapshots, MinioSettings, NasHost, NasSettings
@@ -95,8 +96,7 @@ class MinioTierArgs:
     hosts: Mapping[str, HostAccess]
     etcd: EtcdSnapshots
     cluster_name: str
-    provider: pulumi.ProviderResource
-    cluster_ready: Sequence[pulumi.Resource]
+    in_cluster: InCluster
     ceph: CephSettings = CephSettings()  # tier 2: the sources' snapshot class and driver
     team_namespaces: Mapping[str, pulumi.Resource] = field(default_factory=dict)  # by name, the teams' component's
 
@@ -237,8 +237,8 @@ class MinioTier(pulumi.ComponentResource):
         buckets = self._buckets(name, minio, connection, after_minio)
         users = self._users(name, minio, connection, pulumi.ResourceOptions(parent=self, depends_on=buckets))
         self.ready = [*buckets, *[u for u, _ in users.values()]]
-        ready = [*args.cluster_ready, *self.ready]
-        in_cluster = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=ready)
+        ready = [*args.in_cluster.ready, *self.ready]
+        in_cluster = pulumi.ResourceOptions(parent=self, provider=args.in_cluster.provider, depends_on=ready)
         minio_backup.backup_jobs(
             minio,
             endpoint(minio, nas),
@@ -247,7 +247,7 @@ class MinioTier(pulumi.ComponentResource):
             args.ceph,
             args.team_namespaces,
             parent=self,
-            provider=args.provider,
+            provider=args.in_cluster.provider,
             depends_on=ready,
         )
         if etcd_s3_server_config(args.etcd, nas):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -34,9 +34,8 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.cluster import API_PORT, GPU_TAINT, ROLE_LABEL
+from components.common import HostSteps, InCluster
 from components.helm import release
-from components.namespaces import platform_namespace
-from components.remote import HostAccess, host_script
 from settings import Charts, ClusterSettings, InfinibandSettings, NetworkSettings, NodeSettings
 
 NETWORK_OPERATOR_NAMESPACE = "nvidia-network-operator"
@@ -69,10 +68,8 @@ class NetworkFabricArgs:
     cluster: ClusterSettings
     charts: Charts
     gpu_nodes: list[NodeSettings]
-    hosts: Mapping[str, HostAccess]
-    host_ready: Mapping[str, pulumi.Resource]
-    provider: k8s.Provider
-    cluster_ready: Sequence[pulumi.Resource]
+    host_steps: HostSteps
+    in_cluster: InCluster
 
 
 class NetworkFabric(pulumi.ComponentResource):
@@ -103,17 +100,11 @@ class NetworkFabric(pulumi.ComponentResource):
             )
         )
         # Cilium goes to kube-system (RKE2's own, exempt from the CIS profile's `restricted`).
-        cni_waits = list(args.cluster_ready)
+        cni_waits = list(args.in_cluster.ready)
         if network.cni == "calico":
             cni_waits.append(
-                platform_namespace(
-                    f"{name}-cni-namespace",
-                    cni_namespace,
-                    "privileged",
-                    TIGERA_NAMESPACE_REASON,
-                    provider=args.provider,
-                    parent=self,
-                    depends_on=args.cluster_ready,
+                args.in_cluster.namespace(
+                    f"{name}-cni-namespace", cni_namespace, "privileged", TIGERA_NAMESPACE_REASON, parent=self
                 )
             )
         cni_release = release(
@@ -122,7 +113,7 @@ class NetworkFabric(pulumi.ComponentResource):
             release_name=cni_release_name,
             namespace=cni_namespace,
             values=cni_values,
-            provider=args.provider,
+            provider=args.in_cluster.provider,
             parent=self,
             depends_on=cni_waits,
             # Switching the CNI changes the release name and namespace: a replacement, which the
@@ -133,12 +124,12 @@ class NetworkFabric(pulumi.ComponentResource):
         self.cni = network.cni
 
         self.infiniband_hosts = {
-            node.name: host_script(
+            node.name: args.host_steps.script(
                 f"{node.name}-infiniband",
-                args.hosts[node.name],
+                node.name,
                 "infiniband-host.sh",
                 infiniband_params(node, args.cluster, ib),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[args.host_ready[node.name]]),
+                parent=self,
             )
             for node in args.gpu_nodes
         }
@@ -156,14 +147,12 @@ class NetworkFabric(pulumi.ComponentResource):
         self, name: str, args: NetworkFabricArgs, cni_release: pulumi.Resource, ipoib_enabled: bool
     ) -> None:
         ib = args.network.infiniband
-        namespace = platform_namespace(
+        namespace = args.in_cluster.namespace(
             f"{name}-network-operator-namespace",
             NETWORK_OPERATOR_NAMESPACE,
             "privileged",
             NETWORK_OPERATOR_NAMESPACE_REASON,
-            provider=args.provider,
             parent=self,
-            depends_on=args.cluster_ready,
         )
         operator = release(
             f"{name}-network-operator",
@@ -171,9 +160,9 @@ class NetworkFabric(pulumi.ComponentResource):
             release_name="network-operator",
             namespace=NETWORK_OPERATOR_NAMESPACE,
             values=network_operator_values(),
-            provider=args.provider,
+            provider=args.in_cluster.provider,
             parent=self,
-            depends_on=[*args.cluster_ready, cni_release, namespace],
+            depends_on=[*args.in_cluster.ready, cni_release, namespace],
         )
         policy = k8s.apiextensions.CustomResource(
             f"{name}-nic-cluster-policy",
@@ -181,20 +170,22 @@ class NetworkFabric(pulumi.ComponentResource):
             kind="NicClusterPolicy",
             metadata={"name": NIC_CLUSTER_POLICY_NAME},
             spec=nic_cluster_policy_spec(ib, args.charts, args.gpu_nodes, ipoib_enabled),
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[operator]),
+            opts=pulumi.ResourceOptions(parent=self, provider=args.in_cluster.provider, depends_on=[operator]),
         )
         if not ipoib_enabled:
             return
         # The IPPool CRD is not in the chart: the operator applies it only once it reconciles the policy's
         # nvIpam, so an IPPool created right after the policy can meet no CRD. Apply the pinned CRD first.
-        crd = ip_pool_crd(f"{name}-ippool-crd", args.provider, self, depends_on=list(args.cluster_ready))
+        crd = ip_pool_crd(f"{name}-ippool-crd", args.in_cluster.provider, self, depends_on=list(args.in_cluster.ready))
         pool = k8s.apiextensions.CustomResource(
             f"{name}-ipoib-pool",
             api_version="nv-ipam.nvidia.com/v1alpha1",
             kind="IPPool",
             metadata={"name": ib.ipoib_network.name, "namespace": NETWORK_OPERATOR_NAMESPACE},
             spec=ip_pool_spec(ib),
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[operator, policy, crd]),
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=args.in_cluster.provider, depends_on=[operator, policy, crd]
+            ),
         )
         k8s.apiextensions.CustomResource(
             f"{name}-ipoib-network",
@@ -202,7 +193,9 @@ class NetworkFabric(pulumi.ComponentResource):
             kind="IPoIBNetwork",
             metadata={"name": ib.ipoib_network.name},
             spec=ipoib_network_spec(ib, args.gpu_nodes),
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[operator, policy, pool]),
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=args.in_cluster.provider, depends_on=[operator, policy, pool]
+            ),
         )
 
 

@@ -12,12 +12,14 @@ constructor refuses a secret value.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
+
+from components.common import InCluster
 
 CONTRACT_NAMESPACE = "kube-public"
 CONTRACT_CONFIGMAP = "ml-platform-contract"
@@ -27,8 +29,7 @@ CONTRACT_CONFIGMAP = "ml-platform-contract"
 class PublicContractArgs:
     values: Mapping[str, Any]
     """Public output name -> value (plain or Output, never secret)."""
-    provider: k8s.Provider
-    cluster_ready: Sequence[pulumi.Resource]
+    in_cluster: InCluster
 
 
 class PublicContract(pulumi.ComponentResource):
@@ -36,7 +37,7 @@ class PublicContract(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: PublicContractArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("mlplatform:contract:PublicContract", name, None, opts)
-        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.cluster_ready))
+        k8s_opts = args.in_cluster.options(parent=self)
         data = {key: _public_json(key, value) for key, value in args.values.items()}
         k8s.core.v1.ConfigMap(
             f"{name}-configmap",

@@ -41,8 +41,9 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.cluster import GPU_TAINT, ROLE_LABEL, node_labels
+from components.common import InCluster
 from components.helm import release
-from components.namespaces import REASON_ANNOTATION, platform_namespace, pod_security_labels
+from components.namespaces import REASON_ANNOTATION, pod_security_labels
 from settings import Charts, NodeSettings, SchedulingSettings
 from settings.cluster import Oidc
 from settings.nodes import TOPOLOGY_LABELS
@@ -160,8 +161,7 @@ class SchedulingStackArgs:
     oidc: Optional[Oidc]
     # Extended resources Kueue does not account (e.g. `rdma/ib`: a shared device, not a quota).
     unaccounted_resources: Sequence[str]
-    provider: k8s.Provider
-    cluster_ready: Sequence[pulumi.Resource]
+    in_cluster: InCluster
 
 
 class SchedulingStack(pulumi.ComponentResource):
@@ -177,23 +177,19 @@ class SchedulingStack(pulumi.ComponentResource):
         super().__init__("mlplatform:scheduling:SchedulingStack", name, None, opts)
         sched = args.scheduling
         self._name, self._args = name, args
-        volcano_ns = platform_namespace(
+        volcano_ns = args.in_cluster.namespace(
             f"{name}-volcano-namespace",
             sched.volcano_namespace,
             "baseline",
             "Volcano's containers add DAC_OVERRIDE (chart default_csc), which restricted refuses",
-            provider=args.provider,
             parent=self,
-            depends_on=args.cluster_ready,
         )
-        kueue_ns = platform_namespace(
+        kueue_ns = args.in_cluster.namespace(
             f"{name}-kueue-namespace",
             sched.kueue_namespace,
             "restricted",
             "Kueue's manager runs as non-root, seccomp RuntimeDefault, all capabilities dropped",
-            provider=args.provider,
             parent=self,
-            depends_on=args.cluster_ready,
         )
         volcano = release(
             f"{name}-volcano",
@@ -201,9 +197,9 @@ class SchedulingStack(pulumi.ComponentResource):
             release_name="volcano",
             namespace=sched.volcano_namespace,
             values=volcano_values(),
-            provider=args.provider,
+            provider=args.in_cluster.provider,
             parent=self,
-            depends_on=[*args.cluster_ready, volcano_ns],
+            depends_on=[*args.in_cluster.ready, volcano_ns],
         )
         self._kueue = release(
             f"{name}-kueue",
@@ -211,11 +207,13 @@ class SchedulingStack(pulumi.ComponentResource):
             release_name="kueue",
             namespace=sched.kueue_namespace,
             values=kueue_values(sched, args.unaccounted_resources),
-            provider=args.provider,
+            provider=args.in_cluster.provider,
             parent=self,
-            depends_on=[*args.cluster_ready, kueue_ns],
+            depends_on=[*args.in_cluster.ready, kueue_ns],
         )
-        self._crs = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[self._kueue, volcano])
+        self._crs = pulumi.ResourceOptions(
+            parent=self, provider=args.in_cluster.provider, depends_on=[self._kueue, volcano]
+        )
         topology = kueue_topology(args.nodes)
         if topology is not None:
             self._custom("Topology", TOPOLOGY, topology)
@@ -275,7 +273,7 @@ class SchedulingStack(pulumi.ComponentResource):
         team that keeps its namespaces keeps them (the aliases carry over the names they had when they
         were keyed by the team); the ClusterQueue, its LocalQueues and the team's policy are replaced."""
         args, prefix = self._args, f"{self._name}-team-{team.name}"
-        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.cluster_ready))
+        k8s_opts = args.in_cluster.options(parent=self)
         cluster_queue = self._custom(
             "ClusterQueue",
             team.name,

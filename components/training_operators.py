@@ -28,21 +28,27 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.common import InCluster
 from components.helm import release
-from components.namespaces import platform_namespace
-from settings import Charts
+from components.namespaces import Level
+from settings import Chart, Charts
 from settings.scheduling import TrainingOperators as TrainingOperatorsSettings
 
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
 TORCH_RUNTIME = "torch-distributed"
+# Why each operator's namespace is at its Pod Security level.
+JOBSET_NAMESPACE_REASON = (
+    "JobSet's chart sets no runAsNonRoot, no seccomp profile on its controller (restricted needs both)"
+)
+TRAINER_NAMESPACE_REASON = "the Trainer controller runs as non-root, seccomp RuntimeDefault, all capabilities dropped"
+KUBERAY_NAMESPACE_REASON = "the KubeRay operator runs as non-root, seccomp RuntimeDefault, all capabilities dropped"
 
 
 @dataclass(frozen=True)
 class TrainingOperatorsArgs:
     operators: TrainingOperatorsSettings
     charts: Charts
-    provider: k8s.Provider
-    cluster_ready: Sequence[pulumi.Resource]
+    in_cluster: InCluster
 
 
 class TrainingOperators(pulumi.ComponentResource):
@@ -54,44 +60,24 @@ class TrainingOperators(pulumi.ComponentResource):
     def __init__(self, name: str, args: TrainingOperatorsArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("mlplatform:scheduling:TrainingOperators", name, None, opts)
         ops, charts = args.operators, args.charts
+        self._name, self._in_cluster = name, args.in_cluster
         self.installed = [op for op in ("jobset", "trainer", "kuberay") if getattr(ops, op)]
-        common = {"provider": args.provider, "parent": self}
         jobset = None
         if ops.jobset:
-            ns = platform_namespace(
-                f"{name}-jobset-namespace",
-                ops.jobset_namespace,
-                "baseline",
-                "JobSet's chart sets no runAsNonRoot, no seccomp profile on its controller (restricted needs both)",
-                depends_on=args.cluster_ready,
-                **common,
-            )
-            jobset = release(
-                f"{name}-jobset",
-                charts.jobset,
-                release_name="jobset",
-                namespace=ops.jobset_namespace,
-                values={},  # the published chart's defaults: registry.k8s.io/jobset/jobset:v0.12.0
-                depends_on=[*args.cluster_ready, ns],
-                **common,
+            # values {}: the published chart's defaults (registry.k8s.io/jobset/jobset:v0.12.0).
+            jobset = self._operator(
+                "jobset", charts.jobset, "jobset", ops.jobset_namespace, "baseline", JOBSET_NAMESPACE_REASON, values={}
             )
         if ops.trainer:
-            ns = platform_namespace(
-                f"{name}-trainer-namespace",
+            trainer = self._operator(
+                "trainer",
+                charts.kubeflow_trainer,
+                "kubeflow-trainer",
                 ops.trainer_namespace,
                 "restricted",
-                "the Trainer controller runs as non-root, seccomp RuntimeDefault, all capabilities dropped",
-                depends_on=args.cluster_ready,
-                **common,
-            )
-            trainer = release(
-                f"{name}-trainer",
-                charts.kubeflow_trainer,
-                release_name="kubeflow-trainer",
-                namespace=ops.trainer_namespace,
+                TRAINER_NAMESPACE_REASON,
                 values=trainer_values(),
-                depends_on=[*args.cluster_ready, ns, *([jobset] if jobset else [])],
-                **common,
+                after=[jobset] if jobset else [],
             )
             k8s.apiextensions.CustomResource(
                 f"{name}-trainer-runtime-{TORCH_RUNTIME}",
@@ -99,27 +85,45 @@ class TrainingOperators(pulumi.ComponentResource):
                 kind="ClusterTrainingRuntime",
                 metadata={"name": TORCH_RUNTIME, "labels": {"trainer.kubeflow.org/framework": "torch"}},
                 spec=torch_runtime_spec(ops.trainer_runtime_image),
-                opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[trainer]),
+                opts=pulumi.ResourceOptions(parent=self, provider=args.in_cluster.provider, depends_on=[trainer]),
             )
         if ops.kuberay:
-            ns = platform_namespace(
-                f"{name}-kuberay-namespace",
+            self._operator(
+                "kuberay",
+                charts.kuberay_operator,
+                "kuberay-operator",
                 ops.kuberay_namespace,
                 "restricted",
-                "the KubeRay operator runs as non-root, seccomp RuntimeDefault, all capabilities dropped",
-                depends_on=args.cluster_ready,
-                **common,
-            )
-            release(
-                f"{name}-kuberay",
-                charts.kuberay_operator,
-                release_name="kuberay-operator",
-                namespace=ops.kuberay_namespace,
+                KUBERAY_NAMESPACE_REASON,
                 values=kuberay_values(),
-                depends_on=[*args.cluster_ready, ns],
-                **common,
             )
         self.register_outputs({"installed": self.installed})
+
+    def _operator(
+        self,
+        key: str,
+        chart: Chart,
+        release_name: str,
+        namespace: str,
+        level: Level,
+        reason: str,
+        values: dict[str, Any],
+        after: Sequence[pulumi.Resource] = (),
+    ) -> k8s.helm.v3.Release:
+        """One operator: its namespace (`reason` saying why it is at `level`) and its release, which
+        waits for the cluster, the namespace and `after`."""
+        resource_name, in_cluster = f"{self._name}-{key}", self._in_cluster
+        ns = in_cluster.namespace(f"{resource_name}-namespace", namespace, level, reason, parent=self)
+        return release(
+            resource_name,
+            chart,
+            release_name=release_name,
+            namespace=namespace,
+            values=values,
+            provider=in_cluster.provider,
+            parent=self,
+            depends_on=[*in_cluster.ready, ns, *after],
+        )
 
 
 def trainer_values() -> dict[str, Any]:

@@ -33,8 +33,8 @@ import yaml
 
 from components.ceph_tier import STORAGE_LABEL
 from components.cluster import GPU_TAINT, ROLE_LABEL
+from components.common import InCluster
 from components.gpu_pool import taint_toleration
-from components.namespaces import platform_namespace
 from components.remote import HostAccess, host_script
 from settings import ClusterSettings, NodeSettings
 from settings.cluster import UpgradePool
@@ -106,8 +106,7 @@ class ClusterUpgradesArgs:
     init_host: HostAccess
     init_joined: pulumi.Resource
     """The init server's RKE2 step: the snapshot needs its etcd."""
-    provider: k8s.Provider
-    cluster_ready: Sequence[pulumi.Resource]
+    in_cluster: InCluster
 
 
 class ClusterUpgrades(pulumi.ComponentResource):
@@ -118,15 +117,9 @@ class ClusterUpgrades(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ClusterUpgradesArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("mlplatform:upgrades:ClusterUpgrades", name, None, opts)
-        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider)
-        namespace = platform_namespace(
-            f"{name}-namespace",
-            NAMESPACE,
-            "privileged",
-            NAMESPACE_REASON,
-            provider=args.provider,
-            parent=self,
-            depends_on=args.cluster_ready,
+        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.in_cluster.provider)
+        namespace = args.in_cluster.namespace(
+            f"{name}-namespace", NAMESPACE, "privileged", NAMESPACE_REASON, parent=self
         )
         # Retained: deleting the CRD deletes every Plan (and the controller recreates it at start anyway).
         crd_doc = yaml.safe_load(PLAN_CRD_FILE.read_text())
@@ -135,7 +128,7 @@ class ClusterUpgrades(pulumi.ComponentResource):
             metadata={"name": crd_doc["metadata"]["name"], "annotations": crd_doc["metadata"].get("annotations", {})},
             spec=crd_doc["spec"],
             opts=pulumi.ResourceOptions.merge(
-                k8s_opts, pulumi.ResourceOptions(depends_on=args.cluster_ready, retain_on_delete=True)
+                k8s_opts, pulumi.ResourceOptions(depends_on=args.in_cluster.ready, retain_on_delete=True)
             ),
         )
         controller = [

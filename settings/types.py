@@ -86,19 +86,6 @@ def kernel_name_warning(field_path: str, path: str) -> str:
     )
 
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-
-
-def _dns_label(value: str) -> str:
-    """An RFC 1123 name: lower-case letters, digits and `-`, at most 63 characters."""
-    if not _DNS_LABEL.match(value):
-        raise ValueError(
-            f"{value!r} is not a valid name; use lower-case letters, digits and '-', "
-            "starting and ending with a letter or digit (RFC 1123, at most 63 characters)"
-        )
-    return value
-
-
 HOSTNAME = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
 
 
@@ -247,26 +234,6 @@ def _rke2_version(value: str) -> str:
     return value
 
 
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-
-
-def _label_key(value: str) -> str:
-    """A Kubernetes label key, e.g. `example.com/team`."""
-    if not _LABEL_KEY.match(value):
-        raise ValueError(f"{value!r} is not a Kubernetes label key, e.g. 'example.com/team'")
-    return value
-
-
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
-
-
-def _label_value(value: str) -> str:
-    """A Kubernetes label value: at most 63 letters, digits, `-`, `_`, `.`."""
-    if not _LABEL_VALUE.match(value):
-        raise ValueError(f"{value!r} is not a Kubernetes label value; at most 63 of letters, digits, '-', '_', '.'")
-    return value
-
-
 def _not_placeholder(digest: str, what: str) -> None:
     """A digest nobody computed: one digit repeated, a short pattern repeated, or very few distinct digits
     (a real sha256 shows 9 or more of the 16 hex digits except with probability below 1e-15)."""
@@ -296,12 +263,34 @@ class SecretMark:
 SECRET = SecretMark()
 
 
+def _matching(pattern: str, accepts: str, problem: str) -> AfterValidator:
+    """A check that `pattern` matches the whole value. `accepts`, its docstring, is what the settings
+    reference says it accepts; `problem` follows the value in the error."""
+    compiled = re.compile(pattern)
+
+    def check(value: str) -> str:
+        if not compiled.match(value):
+            raise ValueError(f"{value!r} {problem}")
+        return value
+
+    check.__doc__ = accepts
+    return AfterValidator(check)
+
+
 Version = Annotated[str, AfterValidator(_pinned)]
 Sha256 = Annotated[str, AfterValidator(_sha256)]
 IPv4 = Annotated[str, AfterValidator(_ipv4)]
 IPv4Network = Annotated[str, AfterValidator(_ipv4_network)]
 DevicePath = Annotated[str, AfterValidator(_device_path)]
-Name = Annotated[str, AfterValidator(_dns_label)]
+Name = Annotated[
+    str,
+    _matching(
+        r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+        "An RFC 1123 name: lower-case letters, digits and `-`, at most 63 characters.",
+        "is not a valid name; use lower-case letters, digits and '-', "
+        "starting and ending with a letter or digit (RFC 1123, at most 63 characters)",
+    ),
+]
 Host = Annotated[str, AfterValidator(_host)]
 HostKey = Annotated[str, AfterValidator(_host_key)]
 Url = Annotated[str, AfterValidator(url)]
@@ -310,8 +299,22 @@ Image = Annotated[str, AfterValidator(_image)]
 # A credential: declared in `settings.secrets`, set with `pulumi config set --secret`, never in the model's values.
 Secret = Annotated[Optional[str], SECRET]
 Port = Annotated[int, Field(ge=1, le=65535)]
-LabelKey = Annotated[str, AfterValidator(_label_key)]
-LabelValue = Annotated[str, AfterValidator(_label_value)]
+LabelKey = Annotated[
+    str,
+    _matching(
+        r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$",
+        "A Kubernetes label key, e.g. `example.com/team`.",
+        "is not a Kubernetes label key, e.g. 'example.com/team'",
+    ),
+]
+LabelValue = Annotated[
+    str,
+    _matching(
+        r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$",
+        "A Kubernetes label value: at most 63 letters, digits, `-`, `_`, `.`.",
+        "is not a Kubernetes label value; at most 63 of letters, digits, '-', '_', '.'",
+    ),
+]
 Rke2Version = Annotated[str, AfterValidator(_rke2_version)]
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from stacks.cli import emit
+
 MARK = "ACCEPTANCE "
 
 
@@ -140,10 +142,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     else:
         parser.error("give STACK, or --checks FILE --logs DIR")
     text = report(results)
-    if args.out:
-        args.out.write_text(text)
-    else:
-        print(text, end="")
+    emit(text, args.out)
     for r in results:
         if r.blocking:
             print(f"acceptance check {r.check} failed on {r.node or '?'}: {r.detail}", file=sys.stderr)

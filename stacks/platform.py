@@ -21,6 +21,7 @@ import pulumi_random as random
 from components.acceptance import AcceptanceChecks, AcceptanceChecksArgs, S3Target, exercised_settings
 from components.ceph_tier import CephTier, CephTierArgs
 from components.cluster import ClusterBootstrap, ClusterBootstrapArgs
+from components.common import HostSteps, InCluster
 from components.gpu_pool import GpuPool, GpuPoolArgs
 from components.minio_tier import MinioTier, MinioTierArgs, etcd_s3_server_config
 from components.network_fabric import NetworkFabric, NetworkFabricArgs
@@ -162,6 +163,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             server_config=etcd_s3_server_config(settings.cluster.etcd_snapshots, settings.nas),
         ),
     )
+    host_steps = HostSteps(hosts, cluster.prepared)
     network = NetworkFabric(
         "network",
         NetworkFabricArgs(
@@ -169,13 +171,11 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             cluster=settings.cluster,
             charts=settings.charts,
             gpu_nodes=settings.gpu_nodes,
-            hosts=hosts,
-            host_ready=cluster.prepared,
-            provider=cluster.provider,
-            cluster_ready=cluster.ready,
+            host_steps=host_steps,
+            in_cluster=InCluster(cluster.provider, cluster.ready),
         ),
     )
-    in_cluster = [*cluster.ready, *network.ready]
+    in_cluster = InCluster(cluster.provider, [*cluster.ready, *network.ready])
     ClusterUpgrades(
         "upgrades",
         ClusterUpgradesArgs(
@@ -183,8 +183,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             nodes=settings.nodes,
             init_host=hosts[settings.cluster.init_server],
             init_joined=cluster.joined[settings.cluster.init_server],
-            provider=cluster.provider,
-            cluster_ready=in_cluster,
+            in_cluster=in_cluster,
         ),
     )
     gpu = GpuPool(
@@ -193,10 +192,8 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             gpu=settings.gpu,
             charts=settings.charts,
             gpu_nodes=settings.gpu_nodes,
-            hosts=hosts,
-            host_ready=cluster.prepared,
-            provider=cluster.provider,
-            cluster_ready=in_cluster,
+            host_steps=host_steps,
+            in_cluster=in_cluster,
             # One NFD per cluster: the Network Operator's (NetworkFabric, deployed whenever there are
             # GPU nodes) labels the NVIDIA GPUs the GPU Operator schedules its operands on.
             deploy_nfd=False,
@@ -208,10 +205,8 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             ceph=settings.storage.ceph,
             charts=settings.charts,
             storage_hosts=settings.storage_hosts,
-            hosts=hosts,
-            host_ready=cluster.prepared,
-            provider=cluster.provider,
-            cluster_ready=in_cluster,
+            host_steps=host_steps,
+            in_cluster=in_cluster,
         ),
     )
     scheduling = SchedulingStack(
@@ -222,8 +217,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             nodes=settings.nodes,
             oidc=settings.cluster.oidc,
             unaccounted_resources=[network.rdma_resource_name] if network.rdma_resource_name else [],
-            provider=cluster.provider,
-            cluster_ready=in_cluster,
+            in_cluster=in_cluster,
         ),
     )
     minio = MinioTier(
@@ -235,8 +229,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             hosts=hosts,
             etcd=settings.cluster.etcd_snapshots,
             cluster_name=settings.cluster.name,
-            provider=cluster.provider,
-            cluster_ready=in_cluster,
+            in_cluster=in_cluster,
             ceph=settings.storage.ceph,
             # The sources' PVCs live in team namespaces: the backup objects there wait for them.
             team_namespaces=scheduling.namespace_resources,
@@ -247,8 +240,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
         TrainingOperatorsArgs(
             operators=settings.scheduling.training_operators,
             charts=settings.charts,
-            provider=cluster.provider,
-            cluster_ready=in_cluster,
+            in_cluster=in_cluster,
         ),
     )
     monitoring = ZabbixMonitoring(
@@ -257,8 +249,8 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             monitoring=settings.monitoring,
             charts=settings.charts,
             hosts=hosts,
-            provider=cluster.provider,
-            cluster_ready=in_cluster,
+            provider=in_cluster.provider,
+            cluster_ready=in_cluster.ready,
             cluster_name=settings.cluster.name,
             api_endpoint=settings.cluster.api_endpoint,
             nodes=settings.nodes,
@@ -342,8 +334,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
         "contract",
         PublicContractArgs(
             values={name: values[name] for name in outputs.PUBLIC},
-            provider=cluster.provider,
-            cluster_ready=in_cluster,
+            in_cluster=in_cluster,
         ),
     )
     return outputs.finalize(values)

@@ -31,6 +31,7 @@ from typing import Any, Optional
 
 import yaml
 
+from stacks.cli import emit
 from stacks.reference import FETCH_COMMAND, reference_dir
 
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
@@ -422,10 +423,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except RenderError as exc:
         print(exc, file=sys.stderr)
         return 1
-    if args.out:
-        args.out.write_text(text)
-    else:
-        print(text, end="")
+    emit(text, args.out)
     return 0
 
 

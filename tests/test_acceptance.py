@@ -230,28 +230,16 @@ def test_nccl_compares_the_bus_bandwidth_with_the_floor(tmp_path, busbw, advisor
 
 
 def test_nccl_without_a_result_or_a_run_fails(tmp_path):
-    broken = run_check(
-        "nccl.sh",
-        tmp_path,
-        {"torchrun": "echo 'NCCL WARN net/IB : no device'; exit 1\n"},
-        CHECK="nccl-nvlink",
-        NODE="gpu-01",
-        FLOOR_GBS="100",
-        NPROC="8",
-    )
+    def nvlink_check(torchrun: str) -> subprocess.CompletedProcess:
+        env = dict(CHECK="nccl-nvlink", NODE="gpu-01", FLOOR_GBS="100", NPROC="8")
+        return run_check("nccl.sh", tmp_path, {"torchrun": torchrun}, **env)
+
+    broken = nvlink_check("echo 'NCCL WARN net/IB : no device'; exit 1\n")
     assert (
         broken.returncode == 1
         and "acceptance check nccl-nvlink failed on gpu-01: the all-reduce did not run" in broken.stderr
     )
-    silent = run_check(
-        "nccl.sh",
-        tmp_path,
-        {"torchrun": "echo hello\n"},
-        CHECK="nccl-nvlink",
-        NODE="gpu-01",
-        FLOOR_GBS="100",
-        NPROC="8",
-    )
+    silent = nvlink_check("echo hello\n")
     assert silent.returncode == 1 and "no '# Avg bus bandwidth' line" in silent.stderr
     # The second pod of a two-node run does not report (rank 0's pod does).
     peer = run_check(
@@ -310,32 +298,16 @@ def test_gpu_node_check(tmp_path):
 )
 def test_storage_parses_dd_and_compares_with_the_floor(tmp_path, dd_line, rate, code):
     dd = f"echo '1024+0 records in'; echo '1024+0 records out'; echo '{dd_line}' >&2\n"
-    proc = run_check(
-        "storage.sh",
-        tmp_path,
-        {"dd": dd},
-        CHECK="storage-tier2block",
-        NODE="tier2-block",
-        DIR=str(tmp_path),
-        SIZE_MIB="1024",
-        FLOOR_MIB_S="100",
-    )
+    env = dict(CHECK="storage-tier2block", NODE="tier2-block", DIR=str(tmp_path), SIZE_MIB="1024", FLOOR_MIB_S="100")
+    proc = run_check("storage.sh", tmp_path, {"dd": dd}, **env)
     assert proc.returncode == code, proc.stderr
     assert result_line(proc)["value"] == rate
 
 
 def test_storage_with_the_real_dd(tmp_path):
     # Direct I/O on this machine's disk: the write and the read-back run, the rates are measured.
-    proc = run_check(
-        "storage.sh",
-        tmp_path,
-        {},
-        CHECK="storage-tier1",
-        NODE="tier1-nvme",
-        DIR=str(tmp_path),
-        SIZE_MIB="16",
-        FLOOR_MIB_S="1",
-    )
+    env = dict(CHECK="storage-tier1", NODE="tier1-nvme", DIR=str(tmp_path), SIZE_MIB="16", FLOOR_MIB_S="1")
+    proc = run_check("storage.sh", tmp_path, {}, **env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = result_line(proc)
     assert result["status"] == "passed" and float(result["value"]) > 0
@@ -347,62 +319,30 @@ def test_s3_round_trip_against_a_real_s3_server(tmp_path):
     with serve_s3(tmp_path, buckets=("cephfs-backup",)) as s3:
         work = tmp_path / "work"
         work.mkdir()
-        proc = run_check(
-            "s3.sh",
-            tmp_path,
-            {},
-            CHECK="storage-s3",
-            NODE="cephfs-backup",
-            BUCKET="cephfs-backup",
-            PREFIX="datasets",
-            SIZE_MIB="2",
-            FLOOR_MIB_S="0.1",
-            WORK=str(work),
-            **s3.env,
-        )
+
+        def s3_check(node: str, bucket: str, size_mib: str) -> subprocess.CompletedProcess:
+            env = dict(PREFIX="datasets", SIZE_MIB=size_mib, FLOOR_MIB_S="0.1", WORK=str(work), **s3.env)
+            return run_check("s3.sh", tmp_path, {}, CHECK="storage-s3", NODE=node, BUCKET=bucket, **env)
+
+        proc = s3_check("cephfs-backup", "cephfs-backup", "2")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert result_line(proc)["status"] == "passed"
         assert not list((s3.root / "cephfs-backup").rglob("*.*")) and not any(
             p.is_file() for p in (s3.root / "cephfs-backup").rglob("*")
         )  # deleted again
-        missing = run_check(
-            "s3.sh",
-            tmp_path,
-            {},
-            CHECK="storage-s3",
-            NODE="no-bucket",
-            BUCKET="no-such-bucket",
-            PREFIX="datasets",
-            SIZE_MIB="1",
-            FLOOR_MIB_S="0.1",
-            WORK=str(work),
-            **s3.env,
-        )
+        missing = s3_check("no-bucket", "no-such-bucket", "1")
         assert missing.returncode == 1 and "acceptance check storage-s3 failed on no-bucket: put of" in missing.stderr
 
 
 CLOCKS = {"gpu-01": "1000", "nas-01": "1500", "cpu-04": "0"}  # cpu-04: never collected
+# The start of a stubbed `wget --post-file FILE`: the JSON-RPC request is in $request.
+WGET_REQUEST = """for a in "$@"; do [ "${next:-}" = 1 ] && request=$a; next=; [ "$a" = --post-file ] && next=1; done"""
 
 
-@pytest.mark.parametrize(
-    ("hosts", "code", "named"),
-    [("gpu-01 nas-01", 0, None), ("gpu-01 nas-01 cpu-04", 1, "cpu-04"), ("gpu-01 cpu-99", 1, "cpu-99")],
-)
-def test_monitoring_finds_hosts_without_fresh_data(tmp_path, hosts, code, named):
+def monitoring_check(tmp_path: Path, wget: str, hosts: str, **env: str) -> subprocess.CompletedProcess:
+    """zabbix.sh for `hosts` at clock 1500 against a stubbed Zabbix API (`wget`), the API token in a file."""
     (tmp_path / "token").write_text("secret-api-token")
-    answers = " ".join(f"{host}={clock}" for host, clock in CLOCKS.items())
-    # The stub answers as the Zabbix API does (compact JSON); a host it does not know has no item.
-    wget = f"""for a in "$@"; do [ "${{next:-}}" = 1 ] && request=$a; next=; [ "$a" = --post-file ] && next=1; done
-cp "$request" "{tmp_path}/request"
-host=$(sed -n 's/.*"host":"\\([^"]*\\)".*/\\1/p' "$request")
-for pair in {answers}; do
-  if [ "${{pair%%=*}}" = "$host" ]; then
-    printf '{{"jsonrpc":"2.0","result":[{{"itemid":"7","lastclock":"%s"}}],"id":1}}' "${{pair#*=}}"; exit 0
-  fi
-done
-printf '{{"jsonrpc":"2.0","result":[],"id":1}}'
-"""
-    proc = run_check(
+    return run_check(
         "zabbix.sh",
         tmp_path,
         {"wget": wget},
@@ -412,7 +352,31 @@ printf '{{"jsonrpc":"2.0","result":[],"id":1}}'
         MAX_AGE="600",
         TOKEN_FILE=str(tmp_path / "token"),
         NOW="1500",
+        **env,
     )
+
+
+@pytest.mark.parametrize(
+    ("hosts", "code", "named"),
+    [("gpu-01 nas-01", 0, None), ("gpu-01 nas-01 cpu-04", 1, "cpu-04"), ("gpu-01 cpu-99", 1, "cpu-99")],
+)
+def test_monitoring_finds_hosts_without_fresh_data(tmp_path, hosts, code, named):
+    answers = " ".join(f"{host}={clock}" for host, clock in CLOCKS.items())
+    # The stub answers as the Zabbix API does (compact JSON); a host it does not know has no item.
+    wget = (
+        WGET_REQUEST
+        + f"""
+cp "$request" "{tmp_path}/request"
+host=$(sed -n 's/.*"host":"\\([^"]*\\)".*/\\1/p' "$request")
+for pair in {answers}; do
+  if [ "${{pair%%=*}}" = "$host" ]; then
+    printf '{{"jsonrpc":"2.0","result":[{{"itemid":"7","lastclock":"%s"}}],"id":1}}' "${{pair#*=}}"; exit 0
+  fi
+done
+printf '{{"jsonrpc":"2.0","result":[],"id":1}}'
+"""
+    )
+    proc = monitoring_check(tmp_path, wget, hosts)
     assert proc.returncode == code, proc.stderr
     if named:
         assert (
@@ -427,8 +391,9 @@ printf '{{"jsonrpc":"2.0","result":[],"id":1}}'
 def test_monitoring_asks_again_for_a_host_that_registers_late(tmp_path, wait, code):
     # cpu-05 has no data at the first question and fresh data from the second on: with time left
     # (WAIT) the check asks again and passes; without, it fails naming the host.
-    (tmp_path / "token").write_text("secret-api-token")
-    wget = f"""for a in "$@"; do [ "${{next:-}}" = 1 ] && request=$a; next=; [ "$a" = --post-file ] && next=1; done
+    wget = (
+        WGET_REQUEST
+        + f"""
 echo x >>"{tmp_path}/asked"
 if grep -q '"host":"cpu-05"' "$request" && [ "$(grep -c x "{tmp_path}/asked")" -le 2 ]; then
   printf '{{"jsonrpc":"2.0","result":[],"id":1}}'
@@ -436,19 +401,8 @@ else
   printf '{{"jsonrpc":"2.0","result":[{{"itemid":"7","lastclock":"1400"}}],"id":1}}'
 fi
 """
-    proc = run_check(
-        "zabbix.sh",
-        tmp_path,
-        {"wget": wget},
-        CHECK="monitoring",
-        ZABBIX_URL="http://zabbix:31080",
-        HOSTS="gpu-01 cpu-05",
-        MAX_AGE="600",
-        TOKEN_FILE=str(tmp_path / "token"),
-        NOW="1500",
-        WAIT=wait,
-        RETRY_EVERY="0",
     )
+    proc = monitoring_check(tmp_path, wget, "gpu-01 cpu-05", WAIT=wait, RETRY_EVERY="0")
     assert proc.returncode == code, proc.stderr
     asked = (tmp_path / "asked").read_text().count("x")
     if code:

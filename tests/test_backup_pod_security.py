@@ -1,10 +1,9 @@
 """With `cluster.cisProfile: true` (RKE2 enforces Pod Security `restricted` on every namespace without a
 label), every backup pod spec of the plan is admissible under its namespace's level.
 
-The checks are the Pod Security Standards' controls (kubernetes.io/docs/concepts/security/pod-security-standards,
-"Baseline" and "Restricted" tables, version latest), applied to the pod template the Job controller
-creates pods from: every container, init containers included. No API server runs here, so this is
-the policy written out, not the admission plugin itself.
+The checks are the Pod Security Standards' controls as tests/podsecurity.py writes them out, applied to
+the pod template the Job controller creates pods from: every container, init containers included. No API
+server runs here, so this is the policy written out, not the admission plugin itself.
 """
 
 from __future__ import annotations
@@ -16,66 +15,8 @@ import pytest
 
 from components.minio_backup import BACKUP_NAMESPACE
 from stacks import engine
+from tests import podsecurity
 from tests.conftest import evaluate
-
-BASELINE_CAPS = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE"}
-BASELINE_CAPS |= {"SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
-RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim"}
-RESTRICTED_VOLUMES |= {"projected", "secret"}
-
-
-def violations(pod: dict[str, Any], level: str) -> list[str]:
-    """What the Pod Security admission would reject the pod for at `level` (empty: admitted)."""
-    found: list[str] = []
-    if level == "privileged":
-        return found
-    containers = pod.get("initContainers", []) + pod.get("containers", [])
-    pod_ctx = pod.get("securityContext", {})
-    # baseline
-    for key in ("hostNetwork", "hostPID", "hostIPC"):
-        if pod.get(key):
-            found.append(key)
-    for volume in pod.get("volumes", []):
-        if "hostPath" in volume:
-            found.append(f"hostPath volume {volume['name']}")
-    for c in containers:
-        ctx = c.get("securityContext", {})
-        if ctx.get("privileged"):
-            found.append(f"{c['name']}: privileged")
-        if set(ctx.get("capabilities", {}).get("add", [])) - BASELINE_CAPS:
-            found.append(f"{c['name']}: capabilities beyond baseline")
-        if any(p.get("hostPort") for p in c.get("ports", [])):
-            found.append(f"{c['name']}: hostPort")
-        if ctx.get("procMount", "Default") != "Default":
-            found.append(f"{c['name']}: procMount")
-    for ctx in [pod_ctx] + [c.get("securityContext", {}) for c in containers]:
-        if ctx.get("seccompProfile", {}).get("type") == "Unconfined":
-            found.append("seccomp Unconfined")
-    if level == "baseline":
-        return found
-    # restricted
-    for volume in pod.get("volumes", []):
-        kinds = set(volume) - {"name"}
-        if kinds - RESTRICTED_VOLUMES:
-            found.append(f"volume {volume['name']}: {sorted(kinds)} not allowed")
-    for c in containers:
-        ctx = c.get("securityContext", {})
-        name = c["name"]
-        if ctx.get("allowPrivilegeEscalation") is not False:
-            found.append(f"{name}: allowPrivilegeEscalation must be false")
-        if not ctx.get("runAsNonRoot", pod_ctx.get("runAsNonRoot")):
-            found.append(f"{name}: runAsNonRoot must be true")
-        if ctx.get("runAsUser", pod_ctx.get("runAsUser")) == 0:
-            found.append(f"{name}: runAsUser 0")
-        seccomp = ctx.get("seccompProfile", pod_ctx.get("seccompProfile", {})).get("type")
-        if seccomp not in ("RuntimeDefault", "Localhost"):
-            found.append(f"{name}: seccompProfile must be RuntimeDefault or Localhost")
-        caps = ctx.get("capabilities", {})
-        if "ALL" not in caps.get("drop", []):
-            found.append(f"{name}: capabilities must drop ALL")
-        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
-            found.append(f"{name}: only NET_BIND_SERVICE may be added")
-    return found
 
 
 def cis(raw: dict) -> None:
@@ -124,9 +65,9 @@ def test_every_backup_pod_is_admissible_under_its_namespaces_level(cis_plan):
         "research": "restricted",
     }
     for name, namespace, pod in pods:
-        assert violations(pod, levels[namespace]) == [], name
+        assert podsecurity.violations(levels[namespace], pod, {}) == [], name
         # ... and under restricted, whatever the team's level: the backup needs no privilege at all.
-        assert violations(pod, "restricted") == [], name
+        assert podsecurity.violations("restricted", pod, {}) == [], name
 
 
 def test_the_status_namespace_is_created_restricted_and_every_backup_object_waits_for_its_namespace(cis_plan):
@@ -157,7 +98,7 @@ def test_the_status_namespace_is_created_restricted_and_every_backup_object_wait
         (
             lambda pod: pod["initContainers"][0]["securityContext"].update(capabilities={"add": ["DAC_OVERRIDE"]}),
             "restricted",
-            "capabilities must drop ALL",
+            "capabilities: must drop ALL",
         ),
         (lambda pod: pod["volumes"].append({"name": "h", "hostPath": {"path": "/"}}), "baseline", "hostPath"),
         (
@@ -174,7 +115,7 @@ def test_the_check_rejects_what_the_policy_rejects(cis_plan, change, level, prob
     (pod,) = [pod for name, _, pod in backup_pods(cis_plan) if name == "backup-datasets-job"]
     pod = copy.deepcopy(pod)
     change(pod)
-    assert any(problem in v for v in violations(pod, level)), violations(pod, level)
+    assert any(problem in v for v in podsecurity.violations(level, pod, {})), podsecurity.violations(level, pod, {})
 
 
 def test_the_snapshot_the_launcher_creates_matches_the_upstream_crd(cis_plan):

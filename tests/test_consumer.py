@@ -8,9 +8,7 @@ returns a secret output), and checked for what that team would notice.
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -20,7 +18,7 @@ from pulumi.runtime.mocks import MockResourceArgs
 from stacks import engine
 from stacks.engine import SECRET, UNKNOWN
 from tests.conftest import ROOT
-from tests.test_teams import ADMIN_KUBECONFIG, DEPLOYED, evaluate, leaks, team_stack
+from tests.test_teams import ADMIN_KUBECONFIG, DEPLOYED, evaluate, leaks, load_program, team_stack
 
 CONSUMER = ROOT / "examples" / "consumer"
 TEAM_STACK = "organization/ml-platform-teams/prod-vision"
@@ -37,14 +35,6 @@ contexts:
   context: {cluster: ml-prod, user: vision-ci, namespace: vision}
 current-context: ml-prod
 """
-
-
-def load_consumer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("vision_training", CONSUMER / "__main__.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # not run as __main__: defines program() without exporting
-    return module
 
 
 def consumer_config(**overrides: str) -> dict[str, str]:
@@ -81,7 +71,7 @@ def evaluate_consumer(
         "dev",
         config,
         [],
-        load_consumer().program,
+        load_program("vision_training", CONSUMER).program,
         project=project,
         stack_references={team_stack_name: team_outputs(team_plan, secret)},
     )

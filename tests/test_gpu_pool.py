@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from components.gpu_pool import DCGM_METRICS, gpu_operator_values
 from components.remote import script_text
 from settings import load
 from tests.conftest import evaluate, node_index, problems, stack_doc, tolerates
+from tests.disk_stubs import DISK_STUBS, install
 from tests.upstream import helm_merge, spec_schema, unknown_fields, unknown_value_paths, upstream_values
 
 GPU_OPERATOR_VERSION = "v26.7.0"
@@ -412,37 +412,10 @@ def test_nvme_devices_with_the_same_mount_name_are_a_settings_error():
 # ---------------------------------------------------------------------------------------------
 
 STUBS = {
-    # blkid -p -o export DEV: the device's recorded signatures; exit 2 when there are none.
-    "blkid": """
-dev=${!#}; f="$STUB_STATE/$(basename "$dev")"
-echo "blkid $*" >>"$STUB_STATE/log"
-[[ -s $f.sig ]] || exit 2
-cat "$f.sig"
-""",
-    # lsblk -dn -o TYPE DEV | lsblk -n -o MOUNTPOINT DEV
-    "lsblk": """
-dev=${!#}; f="$STUB_STATE/$(basename "$dev")"
-[[ -e $f.disk ]] || { echo "lsblk: $dev: not a block device" >&2; exit 32; }
-case "$*" in
-  *TYPE*) echo disk ;;
-  *MOUNTPOINT*) [[ -e $f.mounts ]] && cat "$f.mounts"; true ;;
-esac
-""",
-    "wipefs": """
-dev=${!#}; echo "wipefs $*" >>"$STUB_STATE/log"; rm -f "$STUB_STATE/$(basename "$dev").sig"
-""",
-    "mkfs.xfs": """
-dev=${!#}; name=$(basename "$dev"); echo "mkfs.xfs $*" >>"$STUB_STATE/log"
-[[ -s $STUB_STATE/$name.sig ]] && { echo "mkfs.xfs: $dev appears to contain an existing filesystem" >&2; exit 1; }
-printf 'TYPE=xfs\\nUUID=uuid-%s\\nLABEL=%s\\n' "$name" "$3" >"$STUB_STATE/$name.sig"
-""",
+    **DISK_STUBS,
     "mkfs.ext4": """
 dev=${!#}; name=$(basename "$dev"); echo "mkfs.ext4 $*" >>"$STUB_STATE/log"
 printf 'TYPE=ext4\\nUUID=uuid-%s\\nLABEL=%s\\n' "$name" "$3" >"$STUB_STATE/$name.sig"
-""",
-    # mount -t TYPE -o OPTS DEV DIR
-    "mount": """
-echo "mount $*" >>"$STUB_STATE/log"; dev=${*: -2:1}; echo "${!#}" >>"$STUB_STATE/$(basename "$dev").mounts"
 """,
     "systemctl": """
 echo "systemctl $*" >>"$STUB_STATE/log"
@@ -460,10 +433,7 @@ class Host:
         for d in (self.state, self.root / "etc", bin_dir):
             d.mkdir(parents=True)
         (self.state / "log").touch()
-        for name, body in STUBS.items():
-            stub = bin_dir / name
-            stub.write_text("#!/usr/bin/env bash\nset -euo pipefail\n" + body)
-            stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
+        install(bin_dir, STUBS)
         self.path = f"{bin_dir}:/usr/bin:/bin"
         self.program = tmp / "nvme-tier1.sh"
         self.program.write_text(script_text("nvme-tier1.sh"))
@@ -488,12 +458,9 @@ class Host:
         }
         return subprocess.run(["bash", str(self.program)], env=env, capture_output=True, text=True, timeout=60)
 
-    def log(self) -> list[str]:
-        return (self.state / "log").read_text().splitlines()
-
     def actions(self) -> list[str]:
-        """The commands that change a disk or a mount (not the probes)."""
-        return [line for line in self.log() if not line.startswith("blkid")]
+        """The commands that changed a disk or a mount (the stubs do not log their probes)."""
+        return (self.state / "log").read_text().splitlines()
 
     def fstab(self) -> list[str]:
         path = self.root / "etc" / "fstab"

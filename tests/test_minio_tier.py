@@ -34,6 +34,7 @@ from settings.erasure import ErasureLayout, default_parity, default_set_size, ho
 from settings.rules import minio_layout
 from stacks.engine import SECRET
 from tests.conftest import ROOT, evaluate, problems, run_plan, stack_doc
+from tests.disk_stubs import DISK_STUBS, install
 from tests.s3server import ACCESS_KEY, SECRET_KEY, serve_s3
 
 # --- erasure arithmetic: 4 hosts, the parities MinIO allows on them ----------------------------
@@ -662,19 +663,7 @@ def test_providers_read_a_removed_object_as_gone(stub, tmp_path):
 # --- the NAS host script against stubbed system tools -------------------------------------------
 
 STUBS = {
-    "blkid": """
-dev=${!#}; f="$STUB_STATE/$(basename "$dev")"
-[[ -s $f.sig ]] || exit 2
-cat "$f.sig"
-""",
-    "lsblk": """
-dev=${!#}; f="$STUB_STATE/$(basename "$dev")"
-[[ -e $f.disk ]] || { echo "lsblk: $dev: not a block device" >&2; exit 32; }
-case "$*" in
-  *TYPE*) echo disk ;;
-  *MOUNTPOINT*) [[ -e $f.mounts ]] && cat "$f.mounts"; true ;;
-esac
-""",
+    **DISK_STUBS,
     # findmnt -n -o SOURCE --mountpoint DIR: the device whose mounts list DIR
     "findmnt": """
 mnt=${!#}
@@ -682,14 +671,6 @@ for f in "$STUB_STATE"/*.mounts; do
   [[ -e $f ]] && grep -qxF -- "$mnt" "$f" && { echo "/dev/$(basename "$f" .mounts)"; exit 0; }
 done
 exit 1
-""",
-    "wipefs": 'dev=${!#}; echo "wipefs $*" >>"$STUB_STATE/log"; rm -f "$STUB_STATE/$(basename "$dev").sig"',
-    "mkfs.xfs": """
-dev=${!#}; name=$(basename "$dev"); echo "mkfs.xfs $*" >>"$STUB_STATE/log"
-printf 'TYPE=xfs\\nUUID=uuid-%s\\nLABEL=%s\\n' "$name" "$3" >"$STUB_STATE/$name.sig"
-""",
-    "mount": """
-echo "mount $*" >>"$STUB_STATE/log"; dev=${*: -2:1}; echo "${!#}" >>"$STUB_STATE/$(basename "$dev").mounts"
 """,
     "systemctl": """
 echo "systemctl $*" >>"$STUB_STATE/log"
@@ -737,10 +718,7 @@ class NasHost:
             d.mkdir(parents=True)
         (self.state / "log").touch()
         (self.state / "artifact").write_bytes(ARTIFACT)
-        for name, body in STUBS.items():
-            stub = bin_dir / name
-            stub.write_text("#!/usr/bin/env bash\nset -euo pipefail\n" + body)
-            stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
+        install(bin_dir, STUBS)
         self.path = f"{bin_dir}:/usr/bin:/bin"
         settings = load(stack_doc("prod"))
         self.settings = settings

@@ -119,6 +119,20 @@ def test_the_rotation_counter_replaces_only_the_kubeconfig_read(prod_plan):
     assert "delete" not in bumped.named("cluster-kubeconfig")["inputs"]
 
 
+def assert_servers_rejoin_one_by_one(calls: list[str], reset: int) -> int:
+    """After the etcd reset (at `reset` in `calls`) the init server starts and is Ready; then each other
+    server in turn wipes its etcd data, starts and is Ready before the next. Where the last is Ready."""
+    previous = position(calls, "wait --for=condition=Ready node/cpu-01 --timeout=900s")
+    assert reset < position(calls, "cpu-01: sudo systemctl start rke2-server") < previous
+    for host in SERVERS[1:]:
+        wipe = position(calls, f"{host}: sudo rm -rf /var/lib/rancher/rke2/server/db")
+        start = position(calls, f"{host}: sudo systemctl start rke2-server")
+        ready = position(calls, f"wait --for=condition=Ready node/{host} --timeout=900s")
+        assert previous < wipe < start < ready, host
+        previous = ready
+    return previous
+
+
 def test_etcd_restore_from_a_local_snapshot(site):
     (block,) = shell_blocks("Restoring etcd from a local snapshot")
     snapshot = re.search(r"^SNAPSHOT=(\S+)$", block, re.M).group(1)
@@ -140,15 +154,8 @@ def test_etcd_restore_from_a_local_snapshot(site):
         assert position(calls, f"{host}: sudo systemctl stop rke2-server") < reset
         assert position(calls, f"{host}: sudo rke2-killall.sh") < reset
     assert position(calls, "cpu-01: sudo sed -i /^server:/d /etc/rancher/rke2/config.yaml") < reset
-    init_ready = position(calls, "wait --for=condition=Ready node/cpu-01 --timeout=900s")
-    assert reset < position(calls, "cpu-01: sudo systemctl start rke2-server") < init_ready
-    previous = init_ready
+    assert_servers_rejoin_one_by_one(calls, reset)
     for host in SERVERS[1:]:
-        wipe = position(calls, f"{host}: sudo rm -rf /var/lib/rancher/rke2/server/db")
-        start = position(calls, f"{host}: sudo systemctl start rke2-server")
-        ready = position(calls, f"wait --for=condition=Ready node/{host} --timeout=900s")
-        assert previous < wipe < start < ready, host
-        previous = ready
         assert not site.file(host, "/var/lib/rancher/rke2/server/db").exists()  # rejoins the restored etcd
     # The init server holds the restored data and starts as the first server of a cluster again.
     restored = site.file("cpu-01", "/var/lib/rancher/rke2/server/db/etcd/restored-from")
@@ -254,14 +261,7 @@ def test_rolling_an_upgrade_back_reinstalls_every_node_restores_etcd_then_revert
     assert max(position(calls, f"{h}: sudo rke2-killall.sh") for h in [*AGENTS, *SERVERS]) < calls.index(installs[0])
     # The init server first, from this attempt's snapshot; then each other server on a fresh etcd member.
     assert site.file("cpu-01", "/var/lib/rancher/rke2/server/db/etcd/restored-from").read_text() == newest + "\n"
-    init_ready = position(calls, "wait --for=condition=Ready node/cpu-01 --timeout=900s")
-    assert reset < position(calls, "cpu-01: sudo systemctl start rke2-server") < init_ready
-    previous = init_ready
-    for host in SERVERS[1:]:
-        wipe = position(calls, f"{host}: sudo rm -rf /var/lib/rancher/rke2/server/db")
-        ready = position(calls, f"wait --for=condition=Ready node/{host} --timeout=900s")
-        assert previous < wipe < position(calls, f"{host}: sudo systemctl start rke2-server") < ready, host
-        previous = ready
+    previous = assert_servers_rejoin_one_by_one(calls, reset)
     for host in AGENTS:
         assert previous < position(calls, f"{host}: sudo systemctl start rke2-agent"), host
         assert site.agent_running(host)

@@ -24,6 +24,7 @@ from settings.rules.scheduling import platform_namespaces
 from settings.scheduling import gpu_flavor_name, quantity_value
 from stacks import diff, engine
 from stacks.namespaces import platform_created
+from tests import podsecurity
 from tests.conftest import ROOT, evaluate, problems, run_plan, stack_doc, tolerates
 from tests.upstream import crd_schema, crd_schema_errors, spec_schema, unknown_value_paths, upstream_values
 
@@ -671,60 +672,6 @@ def test_example_fits_the_prod_teams_queues_and_gangs(name, doc, prod_plan):
 # Admission: every policy the program installs, run on the examples and on what must be refused
 # ---------------------------------------------------------------------------------------------
 
-BASELINE_CAPABILITIES = {
-    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
-    "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
-}  # fmt: skip
-RESTRICTED_VOLUMES = {
-    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret",
-}  # fmt: skip
-
-
-def pod_security_violations(spec: dict, level: str) -> list[str]:
-    """The Pod Security Standards' controls (kubernetes.io/docs/concepts/security/pod-security-standards,
-    policy version latest) that a pod spec breaks at `level`."""
-    found = []
-    containers = [*spec.get("initContainers", []), *spec["containers"]]
-    pod_sc = spec.get("securityContext", {})
-    for host in ("hostNetwork", "hostPID", "hostIPC"):
-        if spec.get(host):
-            found.append(host)
-    if any("hostPath" in v for v in spec.get("volumes", [])):
-        found.append("hostPath volumes")
-    for c in containers:
-        sc = c.get("securityContext", {})
-        if sc.get("privileged"):
-            found.append(f"{c['name']}: privileged")
-        added = set(sc.get("capabilities", {}).get("add", []))
-        if added - BASELINE_CAPABILITIES:
-            found.append(f"{c['name']}: capabilities {sorted(added - BASELINE_CAPABILITIES)}")
-        if any(p.get("hostPort") for p in c.get("ports", [])):
-            found.append(f"{c['name']}: hostPort")
-        if sc.get("seccompProfile", {}).get("type") == "Unconfined":
-            found.append(f"{c['name']}: seccomp Unconfined")
-    if level == "baseline":
-        return found
-    for v in spec.get("volumes", []):
-        kinds = set(v) - {"name"}
-        if kinds - RESTRICTED_VOLUMES:
-            found.append(f"volume {v['name']}: {sorted(kinds)}")
-    for c in containers:
-        sc = c.get("securityContext", {})
-        if sc.get("allowPrivilegeEscalation") is not False:
-            found.append(f"{c['name']}: allowPrivilegeEscalation != false")
-        if not sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")):
-            found.append(f"{c['name']}: runAsNonRoot != true")
-        if sc.get("runAsUser", pod_sc.get("runAsUser")) == 0:
-            found.append(f"{c['name']}: runAsUser 0")
-        seccomp = sc.get("seccompProfile", pod_sc.get("seccompProfile", {})).get("type")
-        if seccomp not in ("RuntimeDefault", "Localhost"):
-            found.append(f"{c['name']}: seccompProfile")
-        if "ALL" not in sc.get("capabilities", {}).get("drop", []):
-            found.append(f"{c['name']}: capabilities.drop ALL")
-        if set(sc.get("capabilities", {}).get("add", [])) - {"NET_BIND_SERVICE"}:
-            found.append(f"{c['name']}: capabilities.add beyond NET_BIND_SERVICE")
-    return found
-
 
 def limit_ranged(container: dict, limit_range: dict) -> dict:
     """The container's resources after the LimitRanger admission plugin's defaulting
@@ -801,7 +748,7 @@ def test_example_is_admissible_under_every_policy_the_program_installs(name, doc
     for spec in pod_specs(doc, prod_plan):
         pod = {"metadata": {"name": "p", "namespace": ns}, "spec": spec}
         assert policy_denials(policy, pod, "pods") == []
-        assert pod_security_violations(spec, level) == [], (name, level)
+        assert podsecurity.violations(level, spec, {}) == [], (name, level)
         for container in spec["containers"]:
             assert resource_problems(limit_ranged(container, limit_range)) == [], (name, container["name"])
 
@@ -866,12 +813,14 @@ def test_a_request_only_pod_is_admitted_under_the_limit_range(prod_plan):
 
 def test_pod_security_check_refuses_what_the_standards_refuse():
     ipc_lock = {"containers": [{"name": "c", "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}}}]}
-    assert pod_security_violations(ipc_lock, "baseline") == ["c: capabilities ['IPC_LOCK']"]
+    assert podsecurity.violations("baseline", ipc_lock, {}) == [
+        "capabilities_baseline: container c: adds capabilities ['IPC_LOCK']"
+    ]
     host = {"containers": [{"name": "c"}], "volumes": [{"name": "v", "hostPath": {"path": "/"}}]}
-    assert "hostPath volumes" in pod_security_violations(host, "baseline")
+    assert "host_path: volume v: hostPath /" in podsecurity.violations("baseline", host, {})
     root = {"containers": [{"name": "c"}]}
-    assert pod_security_violations(root, "baseline") == []
-    assert "c: runAsNonRoot != true" in pod_security_violations(root, "restricted")
+    assert podsecurity.violations("baseline", root, {}) == []
+    assert "run_as_non_root: container c: runAsNonRoot not true" in podsecurity.violations("restricted", root, {})
 
 
 # ---------------------------------------------------------------------------------------------

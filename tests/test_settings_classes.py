@@ -204,25 +204,19 @@ def test_one_bucket_serves_one_purpose(shared):
     ), found
 
 
-@pytest.mark.parametrize("namespace", ["ml-data", "kube-system"])
-def test_a_backup_source_in_a_namespace_nothing_creates_is_refused(namespace):
-    def mutate(raw):
-        raw["storage"]["minio"]["backup"]["sources"][0]["namespace"] = namespace
-
-    found = problems("prod", mutate)
-    assert any(
-        p.startswith("storage.minio.backup.sources[0].namespace: ") and "is not a namespace the program creates" in p
-        for p in found
-    ), found
-
-
-@pytest.mark.parametrize("namespace", ["rdma-nets", "monitoring-ib"])
-def test_the_ipoib_network_in_a_namespace_nothing_creates_is_refused(namespace):
-    def mutate(raw):
-        raw["network"]["infiniband"]["ipoibNetwork"]["namespace"] = namespace
-
-    found = problems("prod", mutate)
-    assert any(p.startswith("network.infiniband.ipoibNetwork.namespace: ") for p in found), found
+@pytest.mark.parametrize(
+    ("path", "namespace"),
+    [
+        ("storage.minio.backup.sources[].namespace", "ml-data"),
+        ("storage.minio.backup.sources[].namespace", "kube-system"),
+        ("network.infiniband.ipoibNetwork.namespace", "rdma-nets"),
+        ("network.infiniband.ipoibNetwork.namespace", "monitoring-ib"),
+    ],
+)
+def test_an_object_in_a_namespace_nothing_creates_is_refused(path, namespace):
+    found = problems("prod", lambda raw: _set(raw, path, namespace))
+    field = path.replace("[]", "[0]")
+    assert any(p.startswith(f"{field}: {namespace!r} is not a namespace the program creates") for p in found), found
     assert problems("prod", lambda raw: _set(raw, "network.infiniband.ipoibNetwork.namespace", "gpu-operator")) == []
 
 

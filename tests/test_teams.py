@@ -12,11 +12,13 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 import yaml
 
+from components.common import InCluster
 from components.public_contract import CONTRACT_CONFIGMAP, CONTRACT_NAMESPACE, PublicContract, PublicContractArgs
 from settings import SettingsError
 from stacks import engine
@@ -39,11 +41,13 @@ def team_token(team: str) -> str:
     return f"service-account-token-of-{team}"
 
 
-def load_teams() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ml_platform_teams", TEAMS / "__main__.py")
+def load_program(module_name: str, folder: Path) -> ModuleType:
+    """The Pulumi program `folder/__main__.py`, imported as `module_name` (not run as __main__: it defines
+    program() without exporting)."""
+    spec = importlib.util.spec_from_file_location(module_name, folder / "__main__.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # not run as __main__: defines program() without exporting
+    spec.loader.exec_module(module)
     return module
 
 
@@ -69,7 +73,7 @@ def team_stack(plan: engine.Plan, team: str, credential: str = "token", data=Non
         f"prod-{team or 'public'}",
         config,
         [],
-        load_teams().program,
+        load_program("ml_platform_teams", TEAMS).program,
         project="ml-platform-teams",
         reads=reads,
         computed={"ci-token": {"data": token}},
@@ -145,7 +149,7 @@ def test_a_secret_given_to_the_public_contract_is_refused():
         PublicContract(
             "contract",
             PublicContractArgs(
-                values={"apiEndpoint": "https://x", "leak": engine_secret()}, provider=None, cluster_ready=[]
+                values={"apiEndpoint": "https://x", "leak": engine_secret()}, in_cluster=InCluster(None, [])
             ),
         )
         return {}
@@ -201,7 +205,7 @@ def test_team_stack_publishes_the_contract_and_its_namespaces(platform):
 
 
 def test_token_kubeconfig_holds_endpoint_ca_token_and_namespace():
-    teams = load_teams()
+    teams = load_program("ml_platform_teams", TEAMS)
     data = {"token": base64.b64encode(b"tok-123").decode(), "ca.crt": "Q0EK"}
     config = yaml.safe_load(teams.token_kubeconfig("vision", "https://10.20.0.10:6443", "vision", data))
     assert config["clusters"][0]["cluster"] == {
