@@ -10,7 +10,7 @@ import yaml
 
 from benchmarks import makespan
 from benchmarks.inventory import inventory, prod_config, stack_file
-from benchmarks.run import measure, node_classes, recommended_parallel, report, steps_per_node
+from benchmarks.run import measure, node_classes, recommended_parallel, report, sdk_floor, steps_per_node
 from settings import load
 from stacks.engine import evaluate_stack
 from tests.conftest import ROOT
@@ -64,6 +64,8 @@ def test_50_nodes_benchmark_and_prod_at_its_graph_limit(tmp_path):
         assert result.graph_limit <= result.schedules[recommended_parallel(result.nodes)].makespan
         assert result.schedules[recommended_parallel(result.nodes)].makespan <= result.graph_limit * 1.01
         assert result.schedules[128].makespan == result.graph_limit
+    # A bare host step costs the SDK less than one of the program's resources: the floor is a floor.
+    assert 0 < sdk_floor(prod.resources) < prod.cpu_seconds
     text = report([prod, fifty])
     assert f"| 50 | 50 | {fifty.resources} | {fifty.host_steps} |" in text and "**" in text
 
