@@ -6,6 +6,8 @@
 # make test-fast                         every test that starts no real server (pytest -m "not real_server"):
 #                                        no root, no package mirror, any OS with Python 3.11+
 # make lint                              ruff
+# make screenshot                        docs/img/zabbix-dashboard.png and zabbix-teams.png: the dashboards in the real
+#                                        Zabbix 7.0 frontend with test data (root; installs Debian's chromium)
 # make docs                              regenerate docs/settings.md, docs/stack-config.schema.json, docs/air-gap.md,
 #                                        docs/architecture.md (diagrams from the prod plan)
 # make images                            docs/images.md: every image each Helm release runs, per stack, rendered by
@@ -20,7 +22,7 @@ PY := $(VENV)/bin/python
 PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check
 PIP_COMPILE := $(VENV)/bin/pip-compile --quiet --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: plan test test-fast lint lint-workflows install docs images bench lock reference
+.PHONY: plan test test-fast lint lint-workflows install docs images bench lock reference screenshot
 
 # Installs the exact versions of the lock files: a provider SDK cannot change under a reviewed plan.
 $(VENV)/.runtime: requirements.lock
@@ -50,6 +52,11 @@ docs: $(VENV)/.runtime
 # The image list an air-gapped site mirrors (stacks/render.py); tests/test_render_checks.py fails when stale.
 images: $(VENV)/.dev
 	$(PY) -m stacks.render prod lab --out docs/images.md
+
+# The real Zabbix 7.0 of the tests (tests/zabbix/start-zabbix-api.sh) draws them; tests/test_zabbix_dashboards.py
+# renders the same dashboard in `make test`.
+screenshot: $(VENV)/.dev
+	$(PY) -m tests.zabbix.dashboard_screenshot
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .

@@ -17,6 +17,9 @@ _CONDITION_HOST_GROUP, _CONDITION_SEVERITY = 0, 4
 _OPERATOR_EQUAL, _OPERATOR_AT_LEAST = 0, 5
 _OPERATION_MESSAGE, _OPERATION_NOTIFY_ALL = 0, 11
 _ALWAYS = "1-7,00:00-24:00"
+_FIELD_INT, _FIELD_GROUP, _FIELD_HOST = 0, 2, 3  # widget field types whose value is a host group / host id
+_PUBLIC = 0  # dashboard sharing: public
+_WIDGET_INTS = ("x", "y", "width", "height", "view_mode")
 
 # configuration.import rules: create and update everything in our templates; delete what the YAML no
 # longer has inside them (a removed item must go), never other templates.
@@ -192,6 +195,13 @@ class HostKind:
 
     def delete(self, api, id_):
         api.host.delete(id_)
+
+
+def _api_value(field: dict, refs: dict[int, dict[str, str]]) -> Any:
+    """A widget field's value as the API takes it: an id for a named group or host, an int for type 0."""
+    if field["type"] in refs:
+        return refs[field["type"]][field["value"]]
+    return int(field["value"]) if field["type"] == _FIELD_INT else field["value"]
 
 
 def _tag_key(tag: dict) -> tuple:
@@ -376,6 +386,107 @@ class ActionKind:
         api.action.delete(id_)
 
 
+class DashboardKind:
+    """A dashboard, public (every user who may read the hosts sees it). Widget fields are declared
+    as the 7.0 API stores them (`{type, name, value}`), except that host group (type 2) and host
+    (type 3) fields name the group or host: their ids are looked up at apply time and turned back
+    into names by `read`, so a dashboard edited in the UI (a widget moved, added or re-pointed)
+    reads back different from the declaration and shows as drift."""
+
+    _REF_KINDS = {_FIELD_GROUP: ("hostgroup", "groupid", "name"), _FIELD_HOST: ("host", "hostid", "host")}
+
+    def find(self, api, spec, secrets):
+        return first(api.dashboard.get(filter={"name": spec["name"]}, output=["dashboardid"]), "dashboardid")
+
+    def _payload(self, api, spec):
+        refs = {t: {} for t in self._REF_KINDS}
+        for page in spec["pages"]:
+            for widget in page["widgets"]:
+                for field in widget["fields"]:
+                    if field["type"] in refs:
+                        refs[field["type"]][field["value"]] = None
+        for type_, names in refs.items():
+            if names:
+                method, key, name_field = self._REF_KINDS[type_]
+                refs[type_] = dict(zip(names, ids_of(api, method, key, name_field, list(names)), strict=True))
+        pages = [
+            {
+                "name": page["name"],
+                "widgets": [
+                    {
+                        **{k: v for k, v in widget.items() if k != "fields"},
+                        "fields": [{**f, "value": _api_value(f, refs)} for f in widget["fields"]],
+                    }
+                    for widget in page["widgets"]
+                ],
+            }
+            for page in spec["pages"]
+        ]
+        return {
+            "name": spec["name"],
+            "display_period": spec["display_period"],
+            "auto_start": spec["auto_start"],
+            "private": _PUBLIC,
+            "pages": pages,
+        }
+
+    def create(self, api, spec, secrets):
+        return api.dashboard.create(**self._payload(api, spec))["dashboardids"][0]
+
+    def update(self, api, id_, spec, secrets):
+        # The pages given replace the dashboard's pages and widgets entirely.
+        api.dashboard.update(dashboardid=id_, **self._payload(api, spec))
+
+    def read(self, api, id_):
+        rows = api.dashboard.get(dashboardids=[id_], output="extend", selectPages="extend")
+        if not rows:
+            return None
+        row = rows[0]
+        names = {}
+        for type_, (method, key, name_field) in self._REF_KINDS.items():
+            ids = {
+                f["value"] for p in row["pages"] for w in p["widgets"] for f in w["fields"] if int(f["type"]) == type_
+            }
+            rows_ = getattr(api, method).get(**{f"{key}s": sorted(ids)}, output=[key, name_field]) if ids else []
+            names[type_] = {r[key]: r[name_field] for r in rows_}
+        spec = {
+            "name": row["name"],
+            "display_period": int(row["display_period"]),
+            "auto_start": int(row["auto_start"]),
+            "pages": [
+                {
+                    "name": p["name"],
+                    "widgets": [
+                        {
+                            "type": w["type"],
+                            "name": w["name"],
+                            **{k: int(w[k]) for k in _WIDGET_INTS},
+                            "fields": [
+                                {
+                                    "type": int(f["type"]),
+                                    "name": f["name"],
+                                    # an id whose object is gone reads as "#<id>": drift, never equal
+                                    "value": names[int(f["type"])].get(f["value"], f"#{f['value']}")
+                                    if int(f["type"]) in names
+                                    else f["value"],
+                                }
+                                for f in w["fields"]
+                            ],
+                        }
+                        for w in p["widgets"]
+                    ],
+                }
+                for p in row["pages"]
+            ],
+        }
+        if row["private"] != str(_PUBLIC):
+            spec["private"] = True
+        return normalized("Dashboard", spec)
+
+    def delete(self, api, id_):
+        api.dashboard.delete(id_)
+
+
 KINDS: dict[str, Any] = {
     "HostGroup": HostGroupKind(),
     "GlobalMacro": GlobalMacroKind(),
@@ -385,6 +496,7 @@ KINDS: dict[str, Any] = {
     "UserGroup": UserGroupKind(),
     "User": UserKind(),
     "Action": ActionKind(),
+    "Dashboard": DashboardKind(),
 }
 
 
@@ -396,6 +508,8 @@ def normalized(kind: str, spec: dict) -> dict:
         spec.setdefault("tags", [])
     if kind == "GlobalMacro":
         spec.setdefault("description", "")
+    if kind == "Dashboard":
+        spec["pages"] = [{**page, "widgets": _widgets(page["widgets"])} for page in spec["pages"]]
     for key in ("groups", "templates", "host_groups"):
         if key in spec:
             spec[key] = sorted(spec[key])
@@ -404,6 +518,18 @@ def normalized(kind: str, spec: dict) -> dict:
     if "macros" in spec:
         spec["macros"] = sorted(spec["macros"], key=_macro_key)
     return spec
+
+
+def _widgets(widgets: list[dict]) -> list[dict]:
+    """Widgets in reading order, their fields sorted by name with string values (as the API returns them)."""
+    out = [
+        {
+            **w,
+            "fields": sorted(({**f, "value": str(f["value"])} for f in w["fields"]), key=lambda f: f["name"]),
+        }
+        for w in widgets
+    ]
+    return sorted(out, key=lambda w: (w["y"], w["x"]))
 
 
 def comparable(kind: str, declared: dict, actual: dict) -> dict:

@@ -38,8 +38,10 @@ from components.helm import release
 from components.namespaces import platform_namespace
 from components.remote import HostAccess, host_script
 from components.upgrades import NAMESPACE as UPGRADE_NAMESPACE
+from components.zabbix_dashboards import dashboard_references, overview_dashboard, teams_dashboard
 from settings import CephfsBackup, Charts, EtcdSnapshots, MonitoringSettings, NasHost, NodeSettings
 from settings.monitoring import HOST_GROUPS, SEVERITIES, Channel
+from settings.scheduling import Team
 from settings.storage import BACKUP_NAMESPACE  # where the backup Jobs write backup-status-<source>
 
 RELEASE = "zabbix"  # chart objects are "zabbix-zabbix-server", "zabbix-zabbix-agent", SA "zabbix"
@@ -93,6 +95,7 @@ class ZabbixMonitoringArgs:
     backup: CephfsBackup = CephfsBackup()
     etcd_snapshots: EtcdSnapshots = EtcdSnapshots()
     minio_port: int = 9000
+    teams: Sequence[Team] = ()  # the per-team GPU view: a page per team with a GPU quota
 
 
 def web_url(mon: MonitoringSettings, api_endpoint: str) -> str:
@@ -101,6 +104,17 @@ def web_url(mon: MonitoringSettings, api_endpoint: str) -> str:
     if mon.web.ingress_host:
         return f"{scheme}://{mon.web.ingress_host}"
     return f"{scheme}://{api_endpoint}:{mon.web.node_port}"
+
+
+def web_endpoint(args: ZabbixMonitoringArgs) -> list[str]:
+    """The web UI's TLS endpoint, whose certificate the first control-plane node's agent watches
+    (the Kubernetes host has no agent); none with plain HTTP."""
+    mon = args.monitoring
+    if mon.web.insecure_plain_http_lab_only:
+        return []
+    if mon.web.ingress_host:
+        return [f"{mon.web.ingress_host}:443"]
+    return [f"{args.api_endpoint}:{mon.web.node_port}"]
 
 
 def severity_index(name: str) -> int:
@@ -237,7 +251,7 @@ HOST_MACRO_SOURCES = {
     "{$GPU.COUNT.EXPECTED}": "nodes[].gpu.count",
     "{$BACKUP.MAXAGE}": "storage.minio.backup.schedule interval + deadlineSeconds",
     "{$ETCD.SNAPSHOT.MAXAGE}": "cluster.etcdSnapshots.scheduleCron interval + thresholds.etcdSnapshotMarginMinutes",
-    "{$CERT.ENDPOINTS}": "node and NAS addresses (kubelet, API server, supervisor, MinIO)",
+    "{$CERT.ENDPOINTS}": "node and NAS addresses (kubelet, API server, supervisor, MinIO), the Zabbix web UI",
 }
 
 
@@ -621,6 +635,8 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             )
         )
         hosts: list[str] = []
+        host_objects: list[pulumi.Resource] = []
+        web_checker = next((n.name for n in args.nodes if n.control_plane), None)
         for node in args.nodes:
             spec = {
                 "host": node.name,
@@ -628,9 +644,11 @@ class ZabbixMonitoring(pulumi.ComponentResource):
                 "groups": node_groups(node),
                 "templates": node_templates(node),
                 "tags": node_tags(node),
-                "macros": node_macros(node),
+                "macros": node_macros(node, web_endpoint(args) if node.name == web_checker else ()),
             }
-            zbx.Host(f"{node.name}-zabbix-host", spec, connection, psk_secrets, opts=opts(*host_deps(spec)))
+            host_objects.append(
+                zbx.Host(f"{node.name}-zabbix-host", spec, connection, psk_secrets, opts=opts(*host_deps(spec)))
+            )
             hosts.append(node.name)
         for nas in args.nas_hosts:
             spec = {
@@ -644,11 +662,27 @@ class ZabbixMonitoring(pulumi.ComponentResource):
                     {"macro": "{$CERT.ENDPOINTS}", "value": f"{nas.address}:{args.minio_port}"},
                 ],
             }
-            zbx.Host(f"{nas.name}-zabbix-host", spec, connection, nas_secrets, opts=opts(*host_deps(spec)))
+            host_objects.append(
+                zbx.Host(f"{nas.name}-zabbix-host", spec, connection, nas_secrets, opts=opts(*host_deps(spec)))
+            )
             hosts.append(nas.name)
-        hosts += self._cluster_hosts(name, args, connection, opts, host_deps)
+        hosts += self._cluster_hosts(name, args, connection, opts, host_deps, host_objects)
         self._alerting(name, args, connection, opts, list(groups.values()))
+        named = dict(groups)
+        named.update(zip(hosts, host_objects, strict=True))  # same order: nodes, NAS, cluster hosts
+        self._dashboards(name, args, connection, opts, named)
         return hosts
+
+    def _dashboards(self, name, args, connection, opts, named: dict[str, pulumi.Resource]) -> None:
+        """The platform overview and the per-team GPU view. Each waits for the hosts and groups its
+        widgets name, and only those: a node no widget shows changes nothing here."""
+        ceph = f"{args.cluster_name}-ceph" if args.ceph_namespace else None
+        overview = overview_dashboard(args.nodes, bool(args.nas_hosts), f"{args.cluster_name}-kubernetes", ceph)
+        teams = teams_dashboard(args.teams, args.nodes)
+        for label, spec in (("overview", overview), ("teams", teams)):
+            if spec:
+                deps = [named[n] for n in sorted(dashboard_references(spec))]
+                zbx.Dashboard(f"{name}-dashboard-{label}", spec, connection, opts=opts(*deps))
 
     def _global_macros(self, name, args, connection, opts) -> list[pulumi.Resource]:
         return [
@@ -661,7 +695,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             for macro, (value, text) in global_macros(args.monitoring, self.url).items()
         ]
 
-    def _cluster_hosts(self, name, args, connection, opts, deps) -> list[str]:
+    def _cluster_hosts(self, name, args, connection, opts, deps, created: list) -> list[str]:
         """Hosts without an agent: the Kubernetes cluster (state template, SA token) and Ceph."""
         token = self._kube_token(name, args)
         kube = f"{args.cluster_name}-kubernetes"
@@ -672,13 +706,14 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             "tags": [],
             "macros": kubernetes_macros(args),
         }
-        zbx.Host(
+        kube_host = zbx.Host(
             f"{name}-host-kubernetes",
             spec,
             connection,
             pulumi.Output.secret(token.apply(lambda v: {"macros": [{"macro": "{$KUBE.API.TOKEN}", "value": v}]})),
             opts=opts(*deps(spec)),
         )
+        created.append(kube_host)
         hosts = [kube]
         if args.ceph_namespace:
             ceph = f"{args.cluster_name}-ceph"
@@ -690,7 +725,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
                 "tags": [{"tag": "storage", "value": "ceph"}],
                 "macros": [{"macro": "{$CEPH.METRICS.URL}", "value": url}],
             }
-            zbx.Host(f"{name}-host-ceph", spec, connection, opts=opts(*deps(spec)))
+            created.append(zbx.Host(f"{name}-host-ceph", spec, connection, opts=opts(*deps(spec))))
             hosts.append(ceph)
         return hosts
 

@@ -128,6 +128,10 @@ class Action(_ZabbixObject, module="zabbix", name="Action"):
     pass
 
 
+class Dashboard(_ZabbixObject, module="zabbix", name="Dashboard"):
+    pass
+
+
 # ---------------------------------------------------------------------------------------------
 # Bootstrap: replace the chart's default Admin password, create the program's API user and token
 # ---------------------------------------------------------------------------------------------

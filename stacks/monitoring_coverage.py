@@ -5,11 +5,16 @@ macros (`make docs`; tests/test_docs.py fails when it is stale)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import yaml
 from pydantic.alias_generators import to_camel
 
+from components.zabbix_dashboards import GROUP, HOST, overview_dashboard, teams_dashboard
 from components.zabbix_monitoring import HOST_MACRO_SOURCES, TEMPLATES, THRESHOLD_MACROS
+from settings import load
+
+PROD = Path(__file__).resolve().parent.parent / "Pulumi.prod.yaml"
 
 # Template file -> the hosts it is linked to (components/zabbix_monitoring.py).
 WHERE = {
@@ -64,4 +69,41 @@ def coverage() -> str:
                     f"| {template['name']} | {WHERE[path.stem]} | {name}{extra} | {trigger['priority'].lower()} "
                     f"| {_settings(trigger['expression'], trigger['name'])} |"
                 )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _dashboards()) + "\n"
+
+
+def _dashboards() -> list[str]:
+    """The dashboards' widgets as the prod inventory makes them: what each shows and where from."""
+    raw = yaml.safe_load(PROD.read_text())["config"]
+    settings = load({key.split(":", 1)[1]: value for key, value in raw.items()})
+    cluster = settings.cluster.name
+    specs = [overview_dashboard(settings.nodes, bool(settings.nas.hosts), f"{cluster}-kubernetes", f"{cluster}-ceph")]
+    specs.append(teams_dashboard(settings.scheduling.teams, settings.nodes))
+    lines = [
+        "",
+        "## Dashboards",
+        "",
+        "Created through the API (`components/zabbix_dashboards.py`), as the prod inventory makes them. Items are",
+        "matched by name pattern on the hosts named; a per-node graph has one line per node.",
+        "",
+        "| dashboard / page | widget | type | items | hosts |",
+        "|---|---|---|---|---|",
+    ]
+    for spec in filter(None, specs):
+        for page in spec["pages"]:
+            for w in page["widgets"]:
+                items = sorted({f["value"] for f in w["fields"] if re.fullmatch(r"(ds\.\d+\.)?items\.\d+", f["name"])})
+                hosts = {
+                    f["value"]
+                    for f in w["fields"]
+                    if f["type"] == HOST or re.fullmatch(r"ds\.\d+\.hosts\.\d+", f["name"])
+                }
+                groups = sorted(f["value"] for f in w["fields"] if f["type"] == GROUP)
+                where = (
+                    ", ".join(groups)
+                    if groups
+                    else (f"{len(hosts)} hosts" if len(hosts) > 3 else ", ".join(sorted(hosts)))
+                )
+                shown = ", ".join(f"`{i}`" for i in items) or "problems"
+                lines.append(f"| {spec['name']} / {page['name']} | {w['name']} | {w['type']} | {shown} | {where} |")
+    return lines

@@ -262,6 +262,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             backup=settings.storage.minio.backup,
             etcd_snapshots=settings.cluster.etcd_snapshots,
             minio_port=settings.storage.minio.port,
+            teams=settings.scheduling.teams,
         ),
     )
     backup_sources = settings.storage.minio.backup.sources

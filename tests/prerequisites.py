@@ -88,3 +88,26 @@ def require_binary(name: str, how: str) -> str:
     if not os.access(found, os.X_OK):
         fail(name, f"the `{name}` program; {how}")
     return found
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+def require_chromium() -> str:
+    """Debian's chromium (installed with apt-get when missing and root) and the playwright package
+    that drives it; playwright never downloads a browser here."""
+    if not Path(CHROMIUM).exists():
+        if os.geteuid() != 0 or not shutil.which("apt-get"):
+            fail("the dashboard rendering", f"Debian's `chromium` package ({CHROMIUM}): apt-get install chromium")
+        import subprocess
+
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+            proc = subprocess.run(command, capture_output=True, text=True, env=env)
+            if proc.returncode != 0:
+                fail("the dashboard rendering", f"`{' '.join(command)}` failed: {proc.stderr.strip()[-300:]}")
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        fail("the dashboard rendering", "the `playwright` package: pip install -r requirements-dev.lock")
+    return CHROMIUM

@@ -29,9 +29,9 @@ pytestmark = pytest.mark.real_server  # make test-fast leaves these out
 PORT = 10250  # the kubelet's, as the node's {$CERT.ENDPOINTS} names it
 
 
-def server_cert(tmp_path, ca_key, ca_cert, days: int, name: str):
+def server_cert(tmp_path, ca_key, ca_cert, days: int, name: str, address: str = "127.0.0.1"):
     key, csr, cert, ext = (tmp_path / f"{name}.{n}" for n in ("key", "csr", "crt", "ext"))
-    ext.write_text("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    ext.write_text(f"subjectAltName=IP:{address}\nextendedKeyUsage=serverAuth\n")
     _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=kubelet",
              "-keyout", str(key), "-out", str(csr))  # fmt: skip
     _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key), "-CAcreateserial",
@@ -39,10 +39,10 @@ def server_cert(tmp_path, ca_key, ca_cert, days: int, name: str):
     return cert, key
 
 
-def serve_tls(netns: str, port: int, state: dict) -> socket.socket:
-    """A TLS endpoint on 127.0.0.1:`port` inside the agent's network namespace; `state["context"]`
+def serve_tls(netns: str, address: str, port: int, state: dict) -> socket.socket:
+    """A TLS endpoint on `address`:`port` inside the agent's network namespace; `state["context"]`
     is the certificate it serves (swapped to renew)."""
-    listener = _in_netns(netns, lambda: socket.create_server(("127.0.0.1", port)))
+    listener = _in_netns(netns, lambda: socket.create_server((address, port)))
 
     def run():
         while True:
@@ -60,15 +60,31 @@ def serve_tls(netns: str, port: int, state: dict) -> socket.socket:
     return listener
 
 
-def test_a_certificate_close_to_expiry_alerts_and_a_renewed_one_resolves(prod_plan, tmp_path):
+def cert_endpoints(plan, host: str) -> str:
+    spec = plan.named(f"{host}-zabbix-host")["inputs"]["spec"]
+    return next(m["value"] for m in spec["macros"] if m["macro"] == "{$CERT.ENDPOINTS}")
+
+
+@pytest.mark.parametrize("served", ["kubelet", "web UI"])
+def test_a_certificate_close_to_expiry_alerts_and_a_renewed_one_resolves(prod_plan, tmp_path, served):
+    """kubelet: a CPU node's kubelet port on loopback. web UI: the first control-plane node with the
+    endpoints the program gives it, the Zabbix web UI's (API endpoint, NodePort) serving."""
+    if served == "kubelet":
+        node, address, port = node_names(prod_plan, "cpu")[0], "127.0.0.1", PORT
+        endpoints = f"127.0.0.1:{PORT}"
+    else:
+        doc = stack_doc("prod")
+        node = next(n["name"] for n in doc["nodes"] if n.get("controlPlane"))
+        endpoints = cert_endpoints(prod_plan, node)
+        address, port = doc["cluster"]["apiEndpoint"], doc["monitoring"]["web"]["nodePort"]
+        assert f"{address}:{port}" in endpoints.split(",")
     ca_key, ca_cert = make_ca(tmp_path, "rke2-ca")
     contexts = {}
     for days, name in ((5, "expiring"), (300, "renewed")):
-        cert, key = server_cert(tmp_path, ca_key, ca_cert, days, name)
+        cert, key = server_cert(tmp_path, ca_key, ca_cert, days, name, address)
         contexts[name] = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         contexts[name].load_cert_chain(cert, key)
     state = {"context": contexts["expiring"]}
-    node = node_names(prod_plan, "cpu")[0]
     psk = secrets.token_hex(32)
     config, run = daemonset_agent(prod_plan, node, psk)
     with zabbix70("agent2-certs", with_server=True) as z:
@@ -79,15 +95,17 @@ def test_a_certificate_close_to_expiry_alerts_and_a_renewed_one_resolves(prod_pl
         hostid = _host_with_active_item(api, node, psk)
         template = api.template.get(filter={"host": CERT_TEMPLATE}, output=["templateid"])[0]["templateid"]
         api.host.update(hostid=hostid, templates=[{"templateid": template}],
-                        macros=[{"macro": "{$CERT.ENDPOINTS}", "value": f"127.0.0.1:{PORT}"},
+                        macros=[{"macro": "{$CERT.ENDPOINTS}", "value": endpoints},
                                 {"macro": "{$CERT.INTERVAL}", "value": "5s"},
                                 {"macro": "{$CERT.LLD.INTERVAL}", "value": "10s"}])  # fmt: skip
         forwards = {("127.0.0.1", 10051): ("127.0.0.1", z.server_port)}
         hosts = {name: "127.0.0.1" for name in server_names(config)}
-        with run_agent2(config, run["files"], groups=run["groups"], hosts=hosts, forwards=forwards) as agent:
-            listener = serve_tls(agent.netns, PORT, state)
+        with run_agent2(
+            config, run["files"], groups=run["groups"], hosts=hosts, forwards=forwards, addresses=(address,)
+        ) as agent:
+            listener = serve_tls(agent.netns, address, port, state)
             try:
-                name = f"Certificate of 127.0.0.1:{PORT} expires"
+                name = f"Certificate of {address}:{port} expires"
                 _wait(lambda: _value(api, hostid, name) == PROBLEM, 180, lambda: (triggers(api, hostid), agent.log()))
                 state["context"] = contexts["renewed"]
                 _wait(lambda: _value(api, hostid, name) == OK, 120, lambda: triggers(api, hostid))

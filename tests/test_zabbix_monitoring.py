@@ -461,3 +461,37 @@ def test_web_needs_exactly_one_exposure():
 def test_channel_host_groups_must_exist():
     found = problems("prod", lambda raw: raw["monitoring"]["alerting"]["channels"][1]["hostGroups"].append("gpu"))
     assert found and found[0].startswith("monitoring.alerting.channels[1].hostGroups[3]: 'gpu' is not a monitored")
+
+
+def test_dashboards_wait_for_every_host_and_group_their_widgets_name(prod_plan):
+    """The API refuses a widget naming a missing host (tests/test_zabbix_dashboards.py): each
+    dashboard depends on the Host and HostGroup objects it names."""
+    by_name = {r["inputs"]["spec"].get("host") or r["inputs"]["spec"].get("name"): r["urn"] for r in
+               zabbix_objects(prod_plan, "Host") + zabbix_objects(prod_plan, "HostGroup")}  # fmt: skip
+    dashboards = zabbix_objects(prod_plan, "Dashboard")
+    assert {d["inputs"]["spec"]["name"] for d in dashboards} == {
+        "ml-platform: platform overview",
+        "ml-platform: GPUs by team quota",
+    }
+    for d in dashboards:
+        fields = [f for p in d["inputs"]["spec"]["pages"] for w in p["widgets"] for f in w["fields"]]
+        named = {f["value"] for f in fields if f["type"] in (2, 3)}
+        assert named and {by_name[n] for n in named} <= set(d["dependencies"])
+    # No widget names a node: a node added to the inventory leaves the dashboards alone (runbook 2).
+    nodes = {n["name"] for n in stack_doc("prod")["nodes"]}
+    for d in dashboards:
+        fields = [f for p in d["inputs"]["spec"]["pages"] for w in p["widgets"] for f in w["fields"]]
+        assert not {f["value"] for f in fields} & nodes
+
+
+def test_the_first_control_plane_node_watches_the_web_ui_certificate(prod_plan):
+    """The Kubernetes host has no agent: the web UI's endpoint goes to one node's certificate list."""
+    doc = stack_doc("prod")
+    first_cp = next(n["name"] for n in doc["nodes"] if n.get("controlPlane"))
+    watching = {
+        r["inputs"]["spec"]["host"]
+        for r in zabbix_objects(prod_plan, "Host")
+        for m in r["inputs"]["spec"]["macros"]
+        if m["macro"] == "{$CERT.ENDPOINTS}" and "10.20.0.10:31080" in m["value"].split(",")
+    }
+    assert watching == {first_cp}

@@ -338,12 +338,14 @@ def run_agent2(
     forwards: Mapping[tuple[str, int], tuple[str, int]] = {},  # noqa: B006 (read-only)
     writable_dirs: tuple[str, ...] = ("/run/zabbix",),
     settle_seconds: float = 3.0,
+    addresses: tuple[str, ...] = (),
 ) -> Iterator[Agent2]:
     """Runs `zabbix_agent2 -f -c /etc/zabbix/zabbix_agent2.conf` with `config` as that file, the
     given extra files, /etc/hosts with `hosts` (name -> address), as uid:gid with `groups`, in a
     network namespace of its own where `forwards` ((address, port) there -> (address, port) here)
-    lead out; `writable_dirs` belong to uid:gid (what the image or the package's postinst does). Yields
-    after `settle_seconds` (the agent may already have exited: check `alive()`)."""
+    lead out and where `addresses` are local too; `writable_dirs` belong to uid:gid (what the image
+    or the package's postinst does). Yields after `settle_seconds` (the agent may already have
+    exited: check `alive()`)."""
     cached = agent2_root()
     base = STATE / "agent2" / "runs"
     base.mkdir(parents=True, exist_ok=True)
@@ -371,7 +373,7 @@ def run_agent2(
         os.chown(target, spec.uid, spec.gid)
         os.chmod(target, spec.mode)
     log_path = base / f"{root.name}.log"
-    addresses = sorted({address for address, _ in forwards if not address.startswith("127.")})
+    local = sorted({a for a, _ in forwards if not a.startswith("127.")} | set(addresses))
     script = (
         'ip link set lo up && for a in $5; do ip addr add "$a/32" dev lo; done && '
         'exec chroot --userspec="$1" --groups="$2" "$3" /usr/sbin/zabbix_agent2 -f -c "$4"'
@@ -390,7 +392,7 @@ def run_agent2(
                 ",".join(str(g) for g in groups),
                 str(root),
                 CONFIG,
-                " ".join(addresses),
+                " ".join(local),
             ],
             stdin=subprocess.DEVNULL,
             stdout=log,

@@ -30,7 +30,17 @@ ABSENT = object()
 #   refuses a change to a Job's template).
 # - tls:index/*: every argument (terraform-provider-tls marks each one RequiresReplace).
 K8S_OBJECT = ("metadata.name", "metadata.namespace")
-ZABBIX_KINDS = ("HostGroup", "GlobalMacro", "TemplateImport", "Host", "MediaType", "UserGroup", "User", "Action")
+ZABBIX_KINDS = (
+    "HostGroup",
+    "GlobalMacro",
+    "TemplateImport",
+    "Host",
+    "MediaType",
+    "UserGroup",
+    "User",
+    "Action",
+    "Dashboard",
+)
 TLS_TYPES = ("privateKey:PrivateKey", "selfSignedCert:SelfSignedCert", "certRequest:CertRequest")
 REPLACE_ON: dict[str, tuple[str, ...]] = {
     "kubernetes:core/v1:ConfigMap": (*K8S_OBJECT, "data", "binaryData"),
