@@ -28,9 +28,8 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
-import pulumi_tls as tls
 
-from components import minio_backup
+from components import minio_backup, pki
 from components.common import InCluster
 from components.minio_objects import Bucket, User, bucket_policy, prefix_policy
 from components.remote import HostAccess, host_script
@@ -257,34 +256,17 @@ class MinioTier(pulumi.ComponentResource):
         self.restore_credentials = pulumi.Output.secret(keys.apply(lambda k: restore_credentials(readers, k)))
 
     def _tls(self, name: str, minio: MinioSettings, nas: NasSettings, child: pulumi.ResourceOptions):
-        ca_key = tls.PrivateKey(f"{name}-ca-key", algorithm="ECDSA", ecdsa_curve="P384", opts=child)
-        ca = tls.SelfSignedCert(
-            f"{name}-ca",
-            private_key_pem=ca_key.private_key_pem,
-            is_ca_certificate=True,
-            subject=tls.SelfSignedCertSubjectArgs(common_name="ml-platform MinIO tier CA"),
-            validity_period_hours=CA_VALIDITY_HOURS,
-            allowed_uses=["cert_signing", "crl_signing"],
-            opts=child,
-        )
-        server_key = tls.PrivateKey(f"{name}-server-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
+        ca_key, ca = pki.own_ca(f"{name}-ca", "ml-platform MinIO tier CA", CA_VALIDITY_HOURS, child)
         names = [h.name for h in nas.hosts] + ([minio.endpoint] if minio.endpoint else [])
-        request = tls.CertRequest(
-            f"{name}-server-csr",
-            private_key_pem=server_key.private_key_pem,
-            subject=tls.CertRequestSubjectArgs(common_name=f"{minio.service}.nas"),
-            dns_names=sorted({n for n in names if not n[0].isdigit()}),
-            ip_addresses=sorted({h.address for h in nas.hosts} | {n for n in names if n[0].isdigit()}),
-            opts=child,
-        )
-        cert = tls.LocallySignedCert(
-            f"{name}-server-cert",
-            cert_request_pem=request.cert_request_pem,
-            ca_private_key_pem=ca_key.private_key_pem,
-            ca_cert_pem=ca.cert_pem,
-            validity_period_hours=SERVER_VALIDITY_HOURS,
+        server_key, cert = pki.issued_certificate(
+            f"{name}-server",
+            (ca_key, ca),
+            f"{minio.service}.nas",
+            sorted({n for n in names if not n[0].isdigit()}),
+            sorted({h.address for h in nas.hosts} | {n for n in names if n[0].isdigit()}),
+            validity_hours=SERVER_VALIDITY_HOURS,
             early_renewal_hours=SERVER_EARLY_RENEWAL_HOURS,
-            allowed_uses=["digital_signature", "key_encipherment", "server_auth", "client_auth"],
+            uses=["digital_signature", "key_encipherment", "server_auth", "client_auth"],
             opts=child,
         )
         return ca, server_key, cert

@@ -30,9 +30,9 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
-import pulumi_tls as tls
 import yaml
 
+from components import pki
 from components import zabbix_objects as zbx
 from components.helm import release
 from components.namespaces import platform_namespace
@@ -507,35 +507,18 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         if mon.web.insecure_plain_http_lab_only or mon.web.tls_secret_name:
             return []
         child = pulumi.ResourceOptions(parent=self)
-        ca_key = tls.PrivateKey(f"{name}-web-ca-key", algorithm="ECDSA", ecdsa_curve="P384", opts=child)
-        ca = tls.SelfSignedCert(
-            f"{name}-web-ca",
-            private_key_pem=ca_key.private_key_pem,
-            is_ca_certificate=True,
-            validity_period_hours=10 * 365 * 24,
-            allowed_uses=["cert_signing", "crl_signing"],
-            subject=tls.SelfSignedCertSubjectArgs(common_name="ml-platform Zabbix web CA"),
-            opts=child,
-        )
-        key = tls.PrivateKey(f"{name}-web-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
+        ca_key, ca = pki.own_ca(f"{name}-web-ca", "ml-platform Zabbix web CA", 10 * 365 * 24, child)
         host = mon.web.ingress_host or args.api_endpoint
         is_ip = all(part.isdigit() for part in host.split("."))
-        request = tls.CertRequest(
-            f"{name}-web-csr",
-            private_key_pem=key.private_key_pem,
-            subject=tls.CertRequestSubjectArgs(common_name=host),
-            dns_names=[] if is_ip else [host],
-            ip_addresses=[host] if is_ip else [],
-            opts=child,
-        )
-        cert = tls.LocallySignedCert(
-            f"{name}-web-cert",
-            cert_request_pem=request.cert_request_pem,
-            ca_private_key_pem=ca_key.private_key_pem,
-            ca_cert_pem=ca.cert_pem,
-            validity_period_hours=2 * 365 * 24,
+        key, cert = pki.issued_certificate(
+            f"{name}-web",
+            (ca_key, ca),
+            host,
+            [] if is_ip else [host],
+            [host] if is_ip else [],
+            validity_hours=2 * 365 * 24,
             early_renewal_hours=60 * 24,  # a `pulumi up` in the last 60 days renews it
-            allowed_uses=["digital_signature", "key_encipherment", "server_auth"],
+            uses=["digital_signature", "key_encipherment", "server_auth"],
             opts=child,
         )
         self.ca_cert = ca.cert_pem
@@ -732,25 +715,18 @@ class ZabbixMonitoring(pulumi.ComponentResource):
     def _alerting(self, name, args, connection, opts, groups) -> None:
         alerting = args.monitoring.alerting
         kinds = {c.type for c in alerting.channels}
-        media: dict[str, pulumi.Resource] = {}
-        if "slack" in kinds:
-            token = args.secrets.slack_bot_token
-            media["slack"] = zbx.MediaType(
-                f"{name}-media-slack",
-                media_type_spec("slack", alerting.mattermost_url),
+        tokens = {"slack": args.secrets.slack_bot_token, "mattermost": args.secrets.mattermost_bot_token}
+        media: dict[str, pulumi.Resource] = {
+            kind: zbx.MediaType(
+                f"{name}-media-{kind}",
+                media_type_spec(kind, alerting.mattermost_url),
                 connection,
-                pulumi.Output.secret(pulumi.Output.from_input(token).apply(lambda v: {"bot_token": v})),
+                pulumi.Output.secret(pulumi.Output.from_input(tokens[kind]).apply(lambda v: {"bot_token": v})),
                 opts=opts(),
             )
-        if "mattermost" in kinds:
-            token = args.secrets.mattermost_bot_token
-            media["mattermost"] = zbx.MediaType(
-                f"{name}-media-mattermost",
-                media_type_spec("mattermost", alerting.mattermost_url),
-                connection,
-                pulumi.Output.secret(pulumi.Output.from_input(token).apply(lambda v: {"bot_token": v})),
-                opts=opts(),
-            )
+            for kind in ("slack", "mattermost")
+            if kind in kinds
+        }
         for channel in alerting.channels:
             self._channel(name, channel, connection, opts, [media[channel.type], *groups])
 

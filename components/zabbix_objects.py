@@ -96,40 +96,21 @@ class _ZabbixObject(Resource):
         super().__init__(ZabbixObjectProvider(), name, props, opts)
 
 
-class HostGroup(_ZabbixObject, module="zabbix", name="HostGroup"):
-    pass
+def _resource_class(kind: str) -> type[_ZabbixObject]:
+    """The resource class of one object kind; its type token is `pulumi-python:dynamic/zabbix:<kind>`."""
+    return type(kind, (_ZabbixObject,), {"__module__": __name__}, module="zabbix", name=kind)
 
 
-class GlobalMacro(_ZabbixObject, module="zabbix", name="GlobalMacro"):
-    pass
-
-
-class TemplateImport(_ZabbixObject, module="zabbix", name="TemplateImport"):
-    pass
-
-
-class Host(_ZabbixObject, module="zabbix", name="Host"):
-    pass
-
-
-class MediaType(_ZabbixObject, module="zabbix", name="MediaType"):
-    pass
-
-
-class UserGroup(_ZabbixObject, module="zabbix", name="UserGroup"):
-    pass
-
-
-class User(_ZabbixObject, module="zabbix", name="User"):
-    pass
-
-
-class Action(_ZabbixObject, module="zabbix", name="Action"):
-    pass
-
-
-class Dashboard(_ZabbixObject, module="zabbix", name="Dashboard"):
-    pass
+# One resource class per kind in `components.zabbix_kinds.KINDS`.
+HostGroup = _resource_class("HostGroup")
+GlobalMacro = _resource_class("GlobalMacro")
+TemplateImport = _resource_class("TemplateImport")
+Host = _resource_class("Host")
+MediaType = _resource_class("MediaType")
+UserGroup = _resource_class("UserGroup")
+User = _resource_class("User")
+Action = _resource_class("Action")
+Dashboard = _resource_class("Dashboard")
 
 
 # ---------------------------------------------------------------------------------------------

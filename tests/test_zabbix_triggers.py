@@ -28,7 +28,7 @@ from components.zabbix_monitoring import (
 )
 from settings import load
 from tests.conftest import stack_doc
-from tests.zabbix70 import zabbix70
+from tests.zabbix70 import exposition, zabbix70
 
 pytestmark = pytest.mark.real_server  # make test-fast leaves these out
 
@@ -133,12 +133,16 @@ def dcgm(gpus: int = 2, xid: int = 0, dbe: int = 0, remap_failure: int = 0) -> s
     lines = []
     for gpu in range(gpus):
         labels = f'gpu="{gpu}",UUID="GPU-{gpu}",device="nvidia{gpu}",modelName="NVIDIA H100 80GB HBM3"'
-        lines += [
-            f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} 50",
-            f"DCGM_FI_DEV_XID_ERRORS{{{labels}}} {xid if gpu == 0 else 0}",
-            f"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{labels}}} {dbe if gpu == 0 else 0}",
-            f"DCGM_FI_DEV_ROW_REMAP_FAILURE{{{labels}}} {remap_failure if gpu == 0 else 0}",
-        ]
+        first = gpu == 0  # the faults are on the first GPU
+        lines += exposition(
+            labels,
+            {
+                "DCGM_FI_DEV_GPU_UTIL": 50,
+                "DCGM_FI_DEV_XID_ERRORS": xid if first else 0,
+                "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": dbe if first else 0,
+                "DCGM_FI_DEV_ROW_REMAP_FAILURE": remap_failure if first else 0,
+            },
+        )
     return "\n".join(lines) + "\n"
 
 

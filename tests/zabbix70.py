@@ -98,3 +98,8 @@ def trapper_request(port: int, request: dict, timeout: float = 60) -> dict:
     assert reply[:5] == _HEADER, f"not a Zabbix protocol reply: {reply[:40]!r}"
     (length,) = struct.unpack("<I", reply[5:9])
     return json.loads(reply[13 : 13 + length])
+
+
+def exposition(labels: str, values: dict[str, object]) -> list[str]:
+    """Prometheus text lines `metric{labels} value`, as the exporters our HTTP-agent items scrape print them."""
+    return [f"{metric}{{{labels}}} {value}" for metric, value in values.items()]

@@ -150,22 +150,20 @@ def entrypoint_config(base: str, env: Mapping[str, str]) -> str:
         nonlocal lines
         lines = _update_config_var(lines, name, value, multiple)
 
+    def allowed(flag: str) -> bool:
+        return (e.get(flag) or "true").lower() == "true"
+
     upd("PidFile")
     upd("LogType", "console")
     upd("LogFile")
     upd("LogFileSize")
     upd("DebugLevel", e.get("ZBX_DEBUGLEVEL", ""))
     upd("SourceIP")
-    if (e.get("ZBX_PASSIVE_ALLOW") or "true").lower() == "true":
-        upd("Server", passive_servers)
-    else:
-        upd("Server")
+    # ZBX_PASSIVE_ALLOW / ZBX_ACTIVE_ALLOW other than "true" (default): the server list is removed.
+    upd("Server", passive_servers if allowed("ZBX_PASSIVE_ALLOW") else "")
     upd("ListenPort", e.get("ZBX_LISTENPORT", ""))
     upd("ListenIP", e.get("ZBX_LISTENIP", ""))
-    if (e.get("ZBX_ACTIVE_ALLOW") or "true").lower() == "true":
-        upd("ServerActive", active_servers)
-    else:
-        upd("ServerActive")
+    upd("ServerActive", active_servers if allowed("ZBX_ACTIVE_ALLOW") else "")
     upd("HeartbeatFrequency", e.get("ZBX_HEARTBEAT_FREQUENCY", ""))
     upd("ForceActiveChecksOnStart", e.get("ZBX_FORCEACTIVECHECKSONSTART", ""))
     upd("EnablePersistentBuffer", "1" if e.get("ZBX_ENABLEPERSISTENTBUFFER", "").lower() == "true" else "0")

@@ -38,7 +38,7 @@ from components.zabbix_monitoring import (
 from settings import load
 from settings.monitoring import HOST_GROUPS
 from tests.conftest import stack_doc
-from tests.zabbix70 import trapper_request
+from tests.zabbix70 import exposition, trapper_request
 
 SAMPLES = 30  # one every 30 s
 KUBE, CEPH, NAS = "prod-kubernetes", "prod-ceph", "nas-01"
@@ -84,18 +84,17 @@ def dcgm(gpus: int, step: int, node: int) -> str:
         labels = f'gpu="{gpu}",UUID="GPU-{node}-{gpu}",device="nvidia{gpu}",modelName="NVIDIA H100 80GB HBM3"'
         util = int(50 + 40 * math.sin((step + gpu * 3 + node * 7) / 5))
         used = (20 + 50 * (util / 100)) * 1024  # MiB, as DCGM reports framebuffer use
-        lines += [
-            f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} {util}",
-            f"DCGM_FI_DEV_FB_USED{{{labels}}} {used:.0f}",
-            f"DCGM_FI_DEV_FB_FREE{{{labels}}} {81559 - used:.0f}",
-            f"DCGM_FI_DEV_GPU_TEMP{{{labels}}} {45 + util // 4}",
-            f"DCGM_FI_DEV_POWER_USAGE{{{labels}}} {150 + util * 5}",
-            f"DCGM_FI_DEV_XID_ERRORS{{{labels}}} 0",
-            f"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{labels}}} 0",
-            f"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{{{labels}}} 0",
-            f"DCGM_FI_DEV_ROW_REMAP_FAILURE{{{labels}}} 0",
-            f"DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL{{{labels}}} 0",
-        ]
+        faults = ("XID_ERRORS", "ECC_DBE_VOL_TOTAL", "UNCORRECTABLE_REMAPPED_ROWS", "ROW_REMAP_FAILURE")
+        values = {
+            "GPU_UTIL": util,
+            "FB_USED": f"{used:.0f}",
+            "FB_FREE": f"{81559 - used:.0f}",
+            "GPU_TEMP": 45 + util // 4,
+            "POWER_USAGE": 150 + util * 5,
+            **dict.fromkeys(faults, 0),
+            "NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": 0,
+        }
+        lines += exposition(labels, {f"DCGM_FI_DEV_{metric}": value for metric, value in values.items()})
     return "\n".join(lines) + "\n"
 
 
@@ -105,13 +104,10 @@ def ceph(step: int) -> str:
     for pool, name in ((1, ".mgr"), (2, "tier2-block"), (3, "tier2-fs-data")):
         lines.append(f'ceph_pool_metadata{{pool_id="{pool}",name="{name}",type="replicated"}} 1')
         grow = step * (1 + pool) * (1 + math.sin(step / 4) / 2)
-        lines += [
-            f'ceph_pool_rd_bytes{{pool_id="{pool}"}} {int(grow * 40e6)}',
-            f'ceph_pool_wr_bytes{{pool_id="{pool}"}} {int(grow * 25e6)}',
-            f'ceph_pool_rd{{pool_id="{pool}"}} {int(grow * 900)}',
-            f'ceph_pool_wr{{pool_id="{pool}"}} {int(grow * 600)}',
-            f'ceph_pool_percent_used{{pool_id="{pool}"}} {0.1 * pool + step / 1000:.3f}',
-        ]
+        rates = {"rd_bytes": 40e6, "wr_bytes": 25e6, "rd": 900, "wr": 600}
+        values = {f"ceph_pool_{metric}": int(grow * rate) for metric, rate in rates.items()}
+        values["ceph_pool_percent_used"] = f"{0.1 * pool + step / 1000:.3f}"
+        lines += exposition(f'pool_id="{pool}"', values)
     return "\n".join(lines) + "\n"
 
 
