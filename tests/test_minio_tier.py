@@ -24,7 +24,7 @@ from argon2.low_level import Type, hash_secret_raw
 from Crypto.Cipher import AES
 
 import components.minio_tier as minio_tier
-from components import minio_objects
+from components import minio_objects, pki
 from components.cluster import rke2_config
 from components.minio_backup import backup_command, backup_environment
 from components.minio_tier import drives_param, env_file, nas_params, stdin_text
@@ -209,10 +209,10 @@ def known_plan():
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(minio_tier.random, "RandomPassword", secret("result", "KNOWN-{name}-0123456789"))
-        mp.setattr(minio_tier.tls, "PrivateKey", secret("private_key_pem", "-----BEGIN PRIVATE KEY-----{name}"))
-        mp.setattr(minio_tier.tls, "SelfSignedCert", plain("cert_pem", "-----BEGIN CERTIFICATE-----{name}"))
-        mp.setattr(minio_tier.tls, "CertRequest", plain("cert_request_pem", "CSR {name}"))
-        mp.setattr(minio_tier.tls, "LocallySignedCert", plain("cert_pem", "-----BEGIN CERTIFICATE-----{name}"))
+        mp.setattr(pki.tls, "PrivateKey", secret("private_key_pem", "-----BEGIN PRIVATE KEY-----{name}"))
+        mp.setattr(pki.tls, "SelfSignedCert", plain("cert_pem", "-----BEGIN CERTIFICATE-----{name}"))
+        mp.setattr(pki.tls, "CertRequest", plain("cert_request_pem", "CSR {name}"))
+        mp.setattr(pki.tls, "LocallySignedCert", plain("cert_pem", "-----BEGIN CERTIFICATE-----{name}"))
         yield evaluate("prod")
 
 
