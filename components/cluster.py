@@ -1,9 +1,12 @@
 """ClusterBootstrap: bare-metal hosts to an HA RKE2 cluster, over SSH, and each Node's labels and
 taints through the Kubernetes API.
 
-Per node, two host steps at create, each a separately re-runnable unit:
+Per node, three host steps at create, each a separately re-runnable unit:
   1. `<node>-prepare`    on the node: OS preparation (swap, kernel modules, sysctls, time, packages).
-  2. `<node>-rke2`       on the node: RKE2 config, join token (stdin, 0600), install (fresh hosts
+  2. `<node>-rke2-certificate-dates` on the node, after 1: a systemd timer (root) that writes the
+                         expiry date of each RKE2 certificate file where the Zabbix agent reads it.
+                         Delete: stops the timer, removes its files.
+  3. `<node>-rke2`       on the node: RKE2 config, join token (stdin, 0600), install (fresh hosts
                          only; upgrades are components/upgrades.py's Plans), start
                          without blocking, wait (bounded, journal on failure) until the node is
                          registered, or Ready again when it was Ready before.
@@ -40,6 +43,7 @@ so it is applied again to the re-registered Node. Removing a node runs the same 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +54,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from components.remote import HostAccess, fingerprint, host_script
+from components.remote import SCRIPTS, HostAccess, fingerprint, host_script
 from settings import ClusterSettings, NetworkSettings, NodeSettings
 from settings.cluster import Oidc
 
@@ -115,6 +119,20 @@ class ClusterBootstrap(pulumi.ComponentResource):
             )
             for node in args.nodes
         }
+
+        # Root-side dates of RKE2's certificate files (readable by root only) for the Zabbix agent:
+        # a timer, installed after preparation; it lists the files once RKE2 has written them.
+        for node in args.nodes:
+            host_script(
+                f"{node.name}-rke2-certificate-dates",
+                args.hosts[node.name],
+                "rke2-certificate-watch.sh",
+                {"ACTION": "install", "OS_FAMILY": cluster.os_family, "DATES_SCRIPT": certificate_dates_script()},
+                delete_script="rke2-certificate-watch.sh",
+                delete_params={"ACTION": "remove"},
+                identity=[node.name, node.address],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.prepared[node.name]]),
+            )
 
         # The init server first; then every other node once it runs and its CA hash is known. The
         # further servers keep their one-at-a-time order on the hosts (JOIN_AFTER), not in the graph.
@@ -281,6 +299,12 @@ def parse_ca_hash(stdout: str) -> str:
     if not re.fullmatch(r"[0-9a-f]{64}", value):
         raise ValueError(f"read-ca-hash.sh printed {value[:80]!r}, not a SHA-256 hex digest")
     return value
+
+
+@functools.cache
+def certificate_dates_script() -> str:
+    """What the certificate timer runs on each node (standalone: the shared helpers are not prepended)."""
+    return (SCRIPTS / "rke2-certificate-dates.sh").read_text()
 
 
 def prepare_params(node: NodeSettings, cluster: ClusterSettings, network: NetworkSettings) -> dict[str, str]:

@@ -63,6 +63,7 @@ K8S_STATE_TEMPLATE = "Kubernetes cluster state by HTTP"
 GPU_TEMPLATE, IB_TEMPLATE = "ml-platform GPU by DCGM exporter", "ml-platform InfiniBand by sysfs"
 CEPH_TEMPLATE, MINIO_TEMPLATE = "ml-platform Ceph by mgr Prometheus", "ml-platform MinIO by HTTP"
 KUBE_TEMPLATE, CERT_TEMPLATE = "ml-platform Kubernetes platform state", "ml-platform TLS certificates by agent 2"
+RKE2_CERT_TEMPLATE = "ml-platform RKE2 certificate files"
 MEDIA_TYPES = {"slack": "Slack", "mattermost": "Mattermost"}
 
 
@@ -137,7 +138,7 @@ def node_groups(node: NodeSettings) -> list[str]:
 
 
 def node_templates(node: NodeSettings) -> list[str]:
-    templates = [LINUX_TEMPLATE, CERT_TEMPLATE]
+    templates = [LINUX_TEMPLATE, CERT_TEMPLATE, RKE2_CERT_TEMPLATE]
     if node.role == "gpu":
         templates.append(GPU_TEMPLATE)
     if node.infiniband:
@@ -592,6 +593,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             "minio": bool(args.nas_hosts),
             "kubernetes": True,
             "certificates": True,
+            "rke2-certificates": True,
         }
         # Each host waits for the groups and the platform's own templates it names (not every one of
         # them: each `depends_on` edge costs the SDK a walk of its target's dependencies).

@@ -21,6 +21,7 @@ WHERE = {
     "gpu-dcgm": "GPU nodes",
     "infiniband": "nodes with InfiniBand",
     "certificates": "every node and NAS host",
+    "rke2-certificates": "every cluster node",
     "ceph-mgr": "`<cluster>-ceph`",
     "minio": "NAS hosts",
     "kubernetes": "`<cluster>-kubernetes`",
