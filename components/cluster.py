@@ -127,9 +127,14 @@ class ClusterBootstrap(pulumi.ComponentResource):
                 f"{node.name}-rke2-certificate-dates",
                 args.hosts[node.name],
                 "rke2-certificate-watch.sh",
-                {"ACTION": "install", "OS_FAMILY": cluster.os_family, "DATES_SCRIPT": certificate_dates_script()},
+                {
+                    "ACTION": "install",
+                    "NODE_NAME": node.name,
+                    "OS_FAMILY": cluster.os_family,
+                    "DATES_SCRIPT": certificate_dates_script(),
+                },
                 delete_script="rke2-certificate-watch.sh",
-                delete_params={"ACTION": "remove"},
+                delete_params={"ACTION": "remove", "NODE_NAME": node.name},
                 identity=[node.name, node.address],
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[self.prepared[node.name]]),
             )

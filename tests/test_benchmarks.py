@@ -15,8 +15,8 @@ from settings import load
 from stacks.engine import evaluate_stack
 from tests.conftest import ROOT
 
-# Host steps that connect at create: prepare, RKE2, and the hardware steps of the role.
-ROLE_STEPS = {"server": "2", "CPU agent": "2", "storage host": "3", "GPU node": "4"}
+# Host steps that connect at create: prepare, the certificate timer, RKE2, and the hardware steps of the role.
+ROLE_STEPS = {"server": "3", "CPU agent": "3", "storage host": "4", "GPU node": "5"}
 
 
 @pytest.mark.parametrize("nodes", [8, 50, 200, 1000])

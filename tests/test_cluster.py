@@ -104,6 +104,7 @@ def test_no_ssh_session_per_node_on_the_init_server_at_create(prod_plan):
         "cluster-kubeconfig",
         "cpu-01-prepare",
         "cpu-01-rke2",
+        "cpu-01-rke2-certificate-dates",
         "upgrades-node-versions",
     ]
     membership = prod_plan.named("gpu-01-membership")["inputs"]
@@ -275,7 +276,7 @@ GPU_OUTPUTS = {"acceptance", "gpuNodes", "gpuSchedulable", "gpuTotal"}
 )
 def test_adding_or_removing_a_node_touches_only_its_own_resources(prod_plan, edit, node, side, gpu):
     result = plan_cli.diff(_doc(prod_plan), _doc(evaluate("prod", edit)))
-    own = ["labels-taints", "membership", "prepare", "rke2", "zabbix-host"]
+    own = ["labels-taints", "membership", "prepare", "rke2", "rke2-certificate-dates", "zabbix-host"]
     if gpu:  # its InfiniBand and NVMe steps, and its own acceptance check
         own += ["infiniband", "nvme", "acceptance-gpu"]
     assert sorted(u.rsplit("::", 1)[1] for u in result[side]) == sorted(f"{node}-{suffix}" for suffix in own)

@@ -124,6 +124,8 @@ def test_removing_an_agent_marks_its_drain_and_uninstall_destructive(prod_base):
         "cpu-20-membership": "delete",
         "cpu-20-prepare": "delete",
         "cpu-20-rke2": "delete",
+        # Its delete removes the certificate timer, the program's own files only (no danger line).
+        "cpu-20-rke2-certificate-dates": "delete",
         # Zabbix forgets a removed node (a host object, not a host step: no danger line).
         "cpu-20-zabbix-host": "delete",
         # The monitoring check runs again without the node in its host list (a Job's template is
@@ -262,8 +264,8 @@ def test_markdown_is_collapsible_per_component_with_counts(prod_base):
     markdown = diff.render_markdown(diff.compare(prod_base, head))
     counts = "0 to create, 1 to update, 0 to replace, 1 to delete-before-replace,"
     assert markdown.startswith(f"**ml-platform/prod**: {counts}")
-    assert "| cluster | 4 delete |" in markdown and "| ceph | 1 update, 1 delete |" in markdown
-    assert "<details><summary>by host (1 hosts)</summary>" in markdown and "| cpu-04 | 4 delete |" in markdown
+    assert "| cluster | 5 delete |" in markdown and "| ceph | 1 update, 1 delete |" in markdown
+    assert "<details><summary>by host (1 hosts)</summary>" in markdown and "| cpu-04 | 5 delete |" in markdown
     assert "<details><summary>ceph: 1 update, 1 delete</summary>" in markdown
     assert markdown.index("**Danger") < markdown.index("<details>")
 

@@ -101,12 +101,12 @@ def test_before_rke2_runs_the_list_is_empty_and_valid(tmp_path):
     assert doc["certificates"] == {} and doc["written"] > 0
 
 
-def watch(root: Path, fake: Path, action: str) -> subprocess.CompletedProcess:
+def watch(root: Path, fake: Path, action: str, node: str = "cpu-01") -> subprocess.CompletedProcess:
     env = {"PATH": f"{STUBS}:{os.environ['PATH']}", "HOST_ROOT": str(root), "FAKE_DIR": str(fake)}
-    params = {"ACTION": action, "OS_FAMILY": "debian", "DATES_SCRIPT": certificate_dates_script()}
+    params = {"ACTION": action, "NODE_NAME": node, "OS_FAMILY": "debian", "DATES_SCRIPT": certificate_dates_script()}
     return subprocess.run(
         ["bash", "-c", script_text("rke2-certificate-watch.sh"), "rke2-certificate-watch.sh"],
-        env={**env, **(params if action == "install" else {"ACTION": action})},
+        env={**env, **(params if action == "install" else {"ACTION": action, "NODE_NAME": node})},
         capture_output=True,
         text=True,
     )
@@ -133,7 +133,12 @@ def test_the_host_step_installs_the_timer_once_and_removes_everything(tmp_path):
     assert "changed:" not in again.stdout  # unchanged settings change nothing
     assert "daemon-reload" not in (fake / "calls.log").read_text()
 
-    gone = watch(root, fake, "remove")
+    # A rename of the node (the same machine): the new name installs, then the old name's delete runs.
+    assert watch(root, fake, "install", node="cpu-01-renamed").returncode == 0
+    kept = watch(root, fake, "remove")
+    assert kept.returncode == 0 and "belongs to node cpu-01-renamed now" in kept.stderr
+    assert program.exists() and (root / f"{UNITS}.timer").exists()
+    gone = watch(root, fake, "remove", node="cpu-01-renamed")
     assert gone.returncode == 0, gone.stderr
     assert "systemctl disable --now ml-platform-rke2-certificates.timer" in (fake / "calls.log").read_text()
     for path in (program, root / f"{UNITS}.service", root / f"{UNITS}.timer", root / OUT):

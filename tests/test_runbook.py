@@ -45,12 +45,14 @@ def revealed_changes(old: engine.Plan, new: engine.Plan) -> dict[str, set[str]]:
 
 
 def test_only_membership_and_rke2_steps_run_anything_when_deleted(prod_plan):
-    # Runbook 3 and 8: removal and teardown run the membership delete (drain, delete Node) and the
-    # RKE2 uninstall; every other host step deletes nothing on its host.
-    with_delete = {
-        r["name"].rsplit("-", 1)[-1] for r in prod_plan.by_type("command:remote:Command") if "delete" in r["inputs"]
-    }
-    assert with_delete == {"membership", "rke2"}, "update docs/runbook.md sections 3 and 8 (what deletes run)"
+    # Runbook 3 and 8: removal and teardown run the membership delete (drain, delete Node), the
+    # RKE2 uninstall and the removal of the certificate timer (its own files only); every other host
+    # step deletes nothing on its host.
+    steps = prod_plan.by_type("command:remote:Command")
+    with_delete = {r["name"].split("-", 2)[-1] for r in steps if "delete" in r["inputs"]}
+    assert with_delete == {"membership", "rke2", "rke2-certificate-dates"}, (
+        "update docs/runbook.md sections 3 and 8 (what deletes run)"
+    )
 
 
 def test_adding_a_node_only_adds_that_nodes_steps():

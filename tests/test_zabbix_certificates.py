@@ -5,6 +5,7 @@ intervals are host macros of 5-10 s here (1 h shipped)."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import socket
 import ssl
@@ -14,9 +15,10 @@ import pytest
 
 from components.zabbix_api import DEFAULT_ADMIN, DEFAULT_PASSWORD, login
 from components.zabbix_kinds import IMPORT_RULES
-from components.zabbix_monitoring import CERT_TEMPLATE, global_macros, template_sources
+from components.zabbix_monitoring import CERT_TEMPLATE, RKE2_CERT_TEMPLATE, global_macros, template_sources
 from settings import load
 from tests.conftest import stack_doc
+from tests.test_rke2_certificate_dates import certificate, dates
 from tests.test_zabbix_agent2 import _host_with_active_item, daemonset_agent, node_names, server_names
 from tests.test_zabbix_https import _openssl, make_ca
 from tests.test_zabbix_infiniband import _value, _wait
@@ -111,3 +113,83 @@ def test_a_certificate_close_to_expiry_alerts_and_a_renewed_one_resolves(prod_pl
                 _wait(lambda: _value(api, hostid, name) == OK, 120, lambda: triggers(api, hostid))
             finally:
                 listener.close()
+
+
+def test_rke2_certificate_files_alert_through_the_root_timers_dates(prod_plan, tmp_path):
+    """RKE2's certificate files (0600, root) on a node's host root: the DaemonSet's agent cannot read
+    them (shown), the root timer's script writes their dates where it can, and the template alerts on
+    one close to expiry, resolves when RKE2 renewed it, marks a file that is no certificate, and alerts
+    when the dates stop being refreshed."""
+    node = node_names(prod_plan, "cpu")[0]
+    psk = secrets.token_hex(32)
+    config, run = daemonset_agent(prod_plan, node, psk)
+    kubelet = "/var/lib/rancher/rke2/agent/client-kubelet.crt"
+    with zabbix70("agent2-rke2-certs", with_server=True) as z:
+        api = login(z.url, DEFAULT_ADMIN, DEFAULT_PASSWORD)
+        api.configuration.import_(format="yaml", source=template_sources()["rke2-certificates"][1], rules=IMPORT_RULES)
+        for macro, (value, _) in global_macros(load(stack_doc("prod")).monitoring, "https://zabbix.example").items():
+            api.usermacro.createglobal(macro=macro, value=value)
+        hostid = _host_with_active_item(api, node, psk)
+        template = api.template.get(filter={"host": RKE2_CERT_TEMPLATE}, output=["templateid"])[0]["templateid"]
+        api.host.update(hostid=hostid, templates=[{"templateid": template}],
+                        macros=[{"macro": "{$RKE2.CERTS.INTERVAL}", "value": "5s"}])  # fmt: skip
+        # What the agent gets when it reads a certificate file itself.
+        api.item.create(hostid=hostid, name="direct read", key_=f"vfs.file.contents[/hostfs{kubelet}]", type=7,
+                        value_type=4, delay="5s")  # fmt: skip
+        forwards = {("127.0.0.1", 10051): ("127.0.0.1", z.server_port)}
+        hosts = {name: "127.0.0.1" for name in server_names(config)}
+        with run_agent2(config, run["files"], groups=run["groups"], hosts=hosts, forwards=forwards) as agent:
+            host_root = agent.root / "hostfs"
+            certificate(host_root / kubelet.lstrip("/"), 5, "system:node")
+            certificate(host_root / "var/lib/rancher/rke2/server/tls/client-admin.crt", 300, "system:admin")
+            (host_root / "var/lib/rancher/rke2/agent/broken.crt").write_text("not a certificate\n")
+            assert dates(host_root).returncode == 0
+
+            def item(key: str) -> dict:
+                rows = api.item.get(hostids=[hostid], filter={"key_": key}, output=["state", "error", "lastclock"])
+                return rows[0] if rows else {}
+
+            def explain():
+                return triggers(api, hostid), agent.log()
+
+            expiring = f"RKE2 certificate {kubelet} expires"
+            _wait(lambda: _value(api, hostid, expiring) == PROBLEM, 180, explain)
+            assert _value(api, hostid, "RKE2 certificate /var/lib/rancher/rke2/server/tls/client-admin.crt") == OK
+            direct = item(f"vfs.file.contents[/hostfs{kubelet}]")
+            assert direct["state"] == "1" and "permission denied" in direct["error"], direct
+            broken = "ml.rke2.cert.not_after[/var/lib/rancher/rke2/agent/broken.crt]"
+            _wait(lambda: item(broken).get("state") == "1", 60, lambda: item(broken))
+            assert "not a readable certificate" in item(broken)["error"]
+
+            certificate(host_root / kubelet.lstrip("/"), 365, "system:node")  # RKE2 renewed it at a restart
+            assert dates(host_root).returncode == 0
+            _wait(lambda: _value(api, hostid, expiring) == OK, 120, explain)
+
+            # The timer stopped a day ago: the dates are stale, then fresh again.
+            listing = host_root / "var/lib/ml-platform/rke2-certificates.json"
+            stale = json.loads(listing.read_text())
+            listing.write_text(json.dumps({**stale, "written": stale["written"] - 86400}))
+            _wait(lambda: _value(api, hostid, "RKE2 certificate dates not refreshed") == PROBLEM, 120, explain)
+            assert dates(host_root).returncode == 0
+            _wait(lambda: _value(api, hostid, "RKE2 certificate dates not refreshed") == OK, 120, explain)
+
+            # With the period at 20 s (3h shipped) and the timer running (every look writes the dates):
+            # the file that is no certificate alerts, then resolves once it is one; no certificate files
+            # at all alerts, then resolves when they are back.
+            api.host.update(hostid=hostid, macros=[{"macro": "{$RKE2.CERTS.INTERVAL}", "value": "5s"},
+                                                   {"macro": "{$RKE2.CERTS.MAX.AGE}", "value": "20s"}])  # fmt: skip
+
+            def fed(name: str, value: str):
+                return lambda: dates(host_root).returncode == 0 and _value(api, hostid, name) == value
+
+            unreadable = "RKE2 certificate /var/lib/rancher/rke2/agent/broken.crt not readable for 20s"
+            _wait(fed(unreadable, PROBLEM), 120, explain)
+            certificate(host_root / "var/lib/rancher/rke2/agent/broken.crt", 365, "fixed")
+            _wait(fed(unreadable, OK), 120, explain)
+            rke2 = host_root / "var/lib/rancher/rke2"
+            rke2.rename(host_root / "var/lib/rancher/elsewhere")
+            _wait(fed("No RKE2 certificate files found", PROBLEM), 120, explain)
+            (host_root / "var/lib/rancher/elsewhere").rename(rke2)
+            _wait(fed("No RKE2 certificate files found", OK), 120, explain)
+            assert _value(api, hostid, "RKE2 certificate dates not refreshed") == OK
+            assert agent.alive()

@@ -244,6 +244,7 @@ def test_gpu_node_host_has_gpu_and_ib_templates_and_tags(prod_plan):
             "Linux by Zabbix agent active",
             "ml-platform GPU by DCGM exporter",
             "ml-platform InfiniBand by sysfs",
+            "ml-platform RKE2 certificate files",
             "ml-platform TLS certificates by agent 2",
         ]
     )
@@ -300,6 +301,7 @@ def test_platform_templates_are_imported(prod_plan):
         "ml-platform InfiniBand by sysfs",
         "ml-platform Kubernetes platform state",
         "ml-platform MinIO by HTTP",
+        "ml-platform RKE2 certificate files",
         "ml-platform TLS certificates by agent 2",
     ]
 

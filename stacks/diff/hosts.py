@@ -14,6 +14,8 @@ DELETE_EFFECTS = {
     "node-remove.sh": "cordon + drain (PodDisruptionBudgets honoured) + delete the Node object",
     "rke2-uninstall.sh": "uninstall RKE2: removes /var/lib/rancher/rke2 (etcd data, images), /etc/rancher, CNI files",
 }
+# Deletes that remove only the program's own files from the host (the certificate timer): no danger.
+OWN_FILES_ONLY = {"rke2-certificate-watch.sh"}
 # rke2-install.sh restarts the service when the config.yaml or registries.yaml it writes change. Its
 # RKE2_VERSION is only what a fresh host installs: the upgrade Plans (components/upgrades.py) upgrade.
 RKE2_RESTART_PARAMS = ("RKE2_CONFIG", "REGISTRIES_YAML")
@@ -67,7 +69,7 @@ def _host_step_danger(sides: Sides) -> list[str]:
             continue
         verb = "removed" if entry.action == "delete" else "replaced (its delete runs first)"
         script = command_script(old["inputs"].get("delete"))
-        if script:
+        if script and script not in OWN_FILES_ONLY:
             effect = DELETE_EFFECTS.get(script, f"runs {script}")
             params = command_env(old["inputs"].get("delete"))
             if params.get("DRAIN") == "false":
