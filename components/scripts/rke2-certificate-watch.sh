@@ -50,9 +50,9 @@ Description=ml-platform: expiry dates of the RKE2 certificates, for the Zabbix a
 [Service]
 Type=oneshot
 ExecStart=$bin
-# Root only to read RKE2's 0600 files (its own); no capability, no network, the system read-only
-# but for the one directory it writes.
-CapabilityBoundingSet=
+# Root to read RKE2's 0600 files: reading any file is the one capability kept (a file another user
+# owns, e.g. with the CIS profile); no network, the system read-only but for the one directory it writes.
+CapabilityBoundingSet=CAP_DAC_READ_SEARCH
 NoNewPrivileges=yes
 PrivateNetwork=yes
 PrivateTmp=yes
