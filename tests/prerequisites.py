@@ -93,19 +93,25 @@ def require_binary(name: str, how: str) -> str:
 CHROMIUM = "/usr/bin/chromium"
 
 
-def require_chromium() -> str:
-    """Debian's chromium (installed with apt-get when missing and root) and the playwright package
-    that drives it; playwright never downloads a browser here."""
-    if not Path(CHROMIUM).exists():
+def require_debian_package(what: str, path: str, package: str) -> str:
+    """`path` from Debian's `package`, installed with apt-get when it is missing and this runs as root."""
+    if not Path(path).exists():
         if os.geteuid() != 0 or not shutil.which("apt-get"):
-            fail("the dashboard rendering", f"Debian's `chromium` package ({CHROMIUM}): apt-get install chromium")
+            fail(what, f"Debian's `{package}` package ({path}): apt-get install {package}")
         import subprocess
 
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+        for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", package]):
             proc = subprocess.run(command, capture_output=True, text=True, env=env)
             if proc.returncode != 0:
-                fail("the dashboard rendering", f"`{' '.join(command)}` failed: {proc.stderr.strip()[-300:]}")
+                fail(what, f"`{' '.join(command)}` failed: {proc.stderr.strip()[-300:]}")
+    return path
+
+
+def require_chromium() -> str:
+    """Debian's chromium (installed with apt-get when missing and root) and the playwright package
+    that drives it; playwright never downloads a browser here."""
+    require_debian_package("the dashboard rendering", CHROMIUM, "chromium")
     try:
         import playwright  # noqa: F401
     except ImportError:

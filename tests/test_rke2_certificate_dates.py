@@ -18,6 +18,7 @@ import pytest
 from components.cluster import certificate_dates_script
 from components.remote import script_text
 from tests.conftest import evaluate, stack_doc
+from tests.prerequisites import require_debian_package
 
 STUBS = Path(__file__).parent / "stubs" / "host"
 RKE2 = "var/lib/rancher/rke2"
@@ -148,9 +149,7 @@ def test_the_host_step_installs_the_timer_once_and_removes_everything(tmp_path):
 
 @pytest.mark.real_server  # systemd's own checker; make test-fast leaves it out
 def test_systemd_accepts_the_units_as_written(tmp_path):
-    analyze = shutil.which("systemd-analyze")
-    if not analyze:
-        pytest.fail("missing prerequisite: systemd-analyze (Debian package systemd)", pytrace=False)
+    analyze = require_debian_package("the systemd unit check", "/usr/bin/systemd-analyze", "systemd")
     root, fake = tmp_path / "root", tmp_path / "fake"
     (fake / "packages" / "openssl").mkdir(parents=True)
     assert watch(root, fake, "install").returncode == 0
