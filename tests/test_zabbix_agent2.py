@@ -20,9 +20,10 @@ import pytest
 import yaml
 
 from components.zabbix_api import DEFAULT_ADMIN, DEFAULT_PASSWORD, login
-from components.zabbix_kinds import KINDS, normalized
-from components.zabbix_monitoring import PSK_IDENTITY, RELEASE
-from tests.conftest import requires_upstream
+from components.zabbix_kinds import IMPORT_RULES, KINDS, normalized
+from components.zabbix_monitoring import PSK_IDENTITY, RELEASE, global_macros, template_sources
+from settings import load
+from tests.conftest import requires_upstream, stack_doc
 from tests.zabbix70 import zabbix70
 from tests.zabbix_agent2 import (
     CHART_AGENT_DEFAULTS,
@@ -118,6 +119,23 @@ def _host_with_active_item(api, name: str, psk: str) -> str:
     # The server reads new hosts into its configuration cache every 10 s (CacheUpdateFrequency); an
     # agent that asks before then is refused and retries only a minute later.
     time.sleep(12)
+    return hostid
+
+
+def host_with_template(api, node: str, psk: str, stem: str, macros: dict[str, str]) -> str:
+    """The platform's template `stem` imported as it ships, the global macros from the prod settings, and
+    `node`'s host (as `_host_with_active_item` makes it) linked to it with the host `macros`."""
+    names, text = template_sources()[stem]
+    api.configuration.import_(format="yaml", source=text, rules=IMPORT_RULES)
+    for macro, (value, _) in global_macros(load(stack_doc("prod")).monitoring, "https://zabbix.example").items():
+        api.usermacro.createglobal(macro=macro, value=value)
+    hostid = _host_with_active_item(api, node, psk)
+    templates = api.template.get(filter={"host": names}, output=["templateid"])
+    api.host.update(
+        hostid=hostid,
+        templates=[{"templateid": t["templateid"]} for t in templates],
+        macros=[{"macro": k, "value": v} for k, v in macros.items()],
+    )
     return hostid
 
 

@@ -14,12 +14,9 @@ import threading
 import pytest
 
 from components.zabbix_api import DEFAULT_ADMIN, DEFAULT_PASSWORD, login
-from components.zabbix_kinds import IMPORT_RULES
-from components.zabbix_monitoring import CERT_TEMPLATE, RKE2_CERT_TEMPLATE, global_macros, template_sources
-from settings import load
 from tests.conftest import stack_doc
 from tests.test_rke2_certificate_dates import certificate, dates
-from tests.test_zabbix_agent2 import _host_with_active_item, daemonset_agent, node_names, server_names
+from tests.test_zabbix_agent2 import daemonset_agent, host_with_template, node_names, server_names
 from tests.test_zabbix_https import _openssl, make_ca
 from tests.test_zabbix_infiniband import _value, _wait
 from tests.test_zabbix_triggers import OK, PROBLEM, triggers
@@ -91,15 +88,8 @@ def test_a_certificate_close_to_expiry_alerts_and_a_renewed_one_resolves(prod_pl
     config, run = daemonset_agent(prod_plan, node, psk)
     with zabbix70("agent2-certs", with_server=True) as z:
         api = login(z.url, DEFAULT_ADMIN, DEFAULT_PASSWORD)
-        api.configuration.import_(format="yaml", source=template_sources()["certificates"][1], rules=IMPORT_RULES)
-        for macro, (value, _) in global_macros(load(stack_doc("prod")).monitoring, "https://zabbix.example").items():
-            api.usermacro.createglobal(macro=macro, value=value)
-        hostid = _host_with_active_item(api, node, psk)
-        template = api.template.get(filter={"host": CERT_TEMPLATE}, output=["templateid"])[0]["templateid"]
-        api.host.update(hostid=hostid, templates=[{"templateid": template}],
-                        macros=[{"macro": "{$CERT.ENDPOINTS}", "value": endpoints},
-                                {"macro": "{$CERT.INTERVAL}", "value": "5s"},
-                                {"macro": "{$CERT.LLD.INTERVAL}", "value": "10s"}])  # fmt: skip
+        macros = {"{$CERT.ENDPOINTS}": endpoints, "{$CERT.INTERVAL}": "5s", "{$CERT.LLD.INTERVAL}": "10s"}
+        hostid = host_with_template(api, node, psk, "certificates", macros)
         forwards = {("127.0.0.1", 10051): ("127.0.0.1", z.server_port)}
         hosts = {name: "127.0.0.1" for name in server_names(config)}
         with run_agent2(
@@ -126,13 +116,7 @@ def test_rke2_certificate_files_alert_through_the_root_timers_dates(prod_plan, t
     kubelet = "/var/lib/rancher/rke2/agent/client-kubelet.crt"
     with zabbix70("agent2-rke2-certs", with_server=True) as z:
         api = login(z.url, DEFAULT_ADMIN, DEFAULT_PASSWORD)
-        api.configuration.import_(format="yaml", source=template_sources()["rke2-certificates"][1], rules=IMPORT_RULES)
-        for macro, (value, _) in global_macros(load(stack_doc("prod")).monitoring, "https://zabbix.example").items():
-            api.usermacro.createglobal(macro=macro, value=value)
-        hostid = _host_with_active_item(api, node, psk)
-        template = api.template.get(filter={"host": RKE2_CERT_TEMPLATE}, output=["templateid"])[0]["templateid"]
-        api.host.update(hostid=hostid, templates=[{"templateid": template}],
-                        macros=[{"macro": "{$RKE2.CERTS.INTERVAL}", "value": "5s"}])  # fmt: skip
+        hostid = host_with_template(api, node, psk, "rke2-certificates", {"{$RKE2.CERTS.INTERVAL}": "5s"})
         # What the agent gets when it reads a certificate file itself.
         api.item.create(hostid=hostid, name="direct read", key_=f"vfs.file.contents[/hostfs{kubelet}]", type=7,
                         value_type=4, delay="5s")  # fmt: skip

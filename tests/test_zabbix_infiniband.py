@@ -12,11 +12,8 @@ import time
 import pytest
 
 from components.zabbix_api import DEFAULT_ADMIN, DEFAULT_PASSWORD, login
-from components.zabbix_kinds import IMPORT_RULES
-from components.zabbix_monitoring import IB_TEMPLATE, ZABBIX_FILES, global_macros, template_sources
-from settings import load
-from tests.conftest import stack_doc
-from tests.test_zabbix_agent2 import _host_with_active_item, daemonset_agent, node_names, server_names
+from components.zabbix_monitoring import ZABBIX_FILES
+from tests.test_zabbix_agent2 import daemonset_agent, host_with_template, node_names, server_names
 from tests.test_zabbix_triggers import OK, PROBLEM, triggers
 from tests.zabbix70 import zabbix70
 from tests.zabbix_agent2 import File, run_agent2
@@ -52,16 +49,7 @@ def test_every_port_is_discovered_and_down_or_degraded_ports_alert(prod_plan):
     files = {**run["files"], **files, "/etc/zabbix/zabbix_agentd.d/ml-platform.conf": params}
     with zabbix70("agent2-ib", with_server=True) as z:
         api = login(z.url, DEFAULT_ADMIN, DEFAULT_PASSWORD)
-        names, text = template_sources()["infiniband"]
-        api.configuration.import_(format="yaml", source=text, rules=IMPORT_RULES)
-        mon = load(stack_doc("prod")).monitoring
-        for macro, (value, _) in global_macros(mon, "https://zabbix.example").items():
-            api.usermacro.createglobal(macro=macro, value=value)
-        hostid = _host_with_active_item(api, node, psk)
-        template = api.template.get(filter={"host": IB_TEMPLATE}, output=["templateid"])[0]["templateid"]
-        api.host.update(hostid=hostid, templates=[{"templateid": template}],
-                        macros=[{"macro": "{$IB.INTERVAL}", "value": "5s"},
-                                {"macro": "{$IB.LLD.INTERVAL}", "value": "10s"}])  # fmt: skip
+        hostid = host_with_template(api, node, psk, "infiniband", {"{$IB.INTERVAL}": "5s", "{$IB.LLD.INTERVAL}": "10s"})
         forwards = {("127.0.0.1", 10051): ("127.0.0.1", z.server_port)}
         hosts = {name: "127.0.0.1" for name in server_names(config)}
         with run_agent2(config, files, groups=run["groups"], hosts=hosts, forwards=forwards) as agent:
