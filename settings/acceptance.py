@@ -20,41 +20,25 @@ TOOLS_IMAGE = "docker.io/library/alpine:3.21"
 
 
 class Check(Model):
-    enabled: bool = Field(default=True, description="Run this check on `up`.")
-    advisory: bool = Field(
-        default=False,
-        description="A failure is reported (stack output `acceptance`, the report) but does not fail the `up`.",
-    )
-    timeout_seconds: int = Field(
-        default=600,
-        ge=60,
-        le=7200,
-        description="How long the engine waits for the Job (`pulumi.com/timeoutSeconds`, the Job's "
-        "`activeDeadlineSeconds`); a Job still pending then (e.g. GPUs not allocatable) fails.",
-    )
+    enabled: bool = True
+    """Run this check on `up`."""
+    advisory: bool = False
+    """A failure is reported (stack output `acceptance`, the report) but does not fail the `up`."""
+    timeout_seconds: int = Field(default=600, ge=60, le=7200)
+    """How long the engine waits for the Job (`pulumi.com/timeoutSeconds`, the Job's `activeDeadlineSeconds`); a Job
+    still pending then (e.g. GPUs not allocatable) fails."""
 
 
 class NcclCheck(Check):
-    ib_link_rate_gbps: int = Field(
-        default=400,
-        ge=10,
-        description="Line rate of one GPU node's InfiniBand link(s) in Gb/s, all ports together (NDR: 400 per port).",
-    )
-    ib_floor_fraction: float = Field(
-        default=0.8,
-        gt=0,
-        le=1,
-        description="The two-node all-reduce passes at this fraction of the link rate (bus bandwidth, GB/s = "
-        "rate / 8 x fraction); nccl-tests reaches about 0.9 on a healthy fabric.",
-    )
-    nvlink_floor_gbs: float = Field(
-        default=100.0,
-        gt=0,
-        description="The single-node (NVLink) all-reduce passes at this bus bandwidth in GB/s.",
-    )
-    message_size: str = Field(
-        default="1G", pattern=r"^[0-9]+[KMG]$", description="Largest message of the all-reduce sweep (nccl-tests -e)."
-    )
+    ib_link_rate_gbps: int = Field(default=400, ge=10)
+    """Line rate of one GPU node's InfiniBand link(s) in Gb/s, all ports together (NDR: 400 per port)."""
+    ib_floor_fraction: float = Field(default=0.8, gt=0, le=1)
+    """The two-node all-reduce passes at this fraction of the link rate (bus bandwidth, GB/s = rate / 8 x fraction);
+    nccl-tests reaches about 0.9 on a healthy fabric."""
+    nvlink_floor_gbs: float = Field(default=100.0, gt=0)
+    """The single-node (NVLink) all-reduce passes at this bus bandwidth in GB/s."""
+    message_size: str = Field(default="1G", pattern=r"^[0-9]+[KMG]$")
+    """Largest message of the all-reduce sweep (nccl-tests -e)."""
 
     @property
     def ib_floor_gbs(self) -> float:
@@ -63,49 +47,43 @@ class NcclCheck(Check):
 
 
 class StorageCheck(Check):
-    size_mib: int = Field(default=1024, ge=16, le=65536, description="Data written and read back per volume.")
-    floor_mib_s: int = Field(
-        default=100, ge=1, description="Each volume passes at this sequential write and read throughput (MiB/s)."
-    )
+    size_mib: int = Field(default=1024, ge=16, le=65536)
+    """Data written and read back per volume."""
+    floor_mib_s: int = Field(default=100, ge=1)
+    """Each volume passes at this sequential write and read throughput (MiB/s)."""
 
 
 class MonitoringCheck(Check):
-    max_age_seconds: int = Field(
-        default=600, ge=60, description="Every inventory host's `agent.ping` must be at most this old in Zabbix."
-    )
+    max_age_seconds: int = Field(default=600, ge=60)
+    """Every inventory host's `agent.ping` must be at most this old in Zabbix."""
 
 
 class DriftProbe(Model):
-    enabled: bool = Field(default=True, description="Run the drift probe DaemonSet (docs/acceptance.md).")
-    interval_seconds: int = Field(default=3600, ge=60, description="How often each node refreshes its fingerprint.")
+    enabled: bool = True
+    """Run the drift probe DaemonSet (docs/acceptance.md)."""
+    interval_seconds: int = Field(default=3600, ge=60)
+    """How often each node refreshes its fingerprint."""
 
 
 class AcceptanceSettings(Model):
-    namespace: Name = Field(default="ml-platform-acceptance", description="Namespace of the checks and the probe.")
-    run: int = Field(
-        default=0,
-        ge=0,
-        description="Raise it to run every check again on the next `up` with otherwise unchanged settings.",
-    )
-    gpu_image: Image = Field(
-        default=GPU_IMAGE,
-        description="Image of the GPU node and NCCL checks (sh, python3 with torch and its NCCL); pinned by tag, "
-        "pulled through the containerd mirrors like every other image.",
-    )
-    tools_image: Image = Field(
-        default=TOOLS_IMAGE, description="Image of the storage, scheduling, monitoring checks and the drift probe."
-    )
-    gpu_nodes: Check = Field(
-        default=Check(),
-        description="Every GPU node: the GPU Operator's validations, all inventory GPUs and the RDMA resource "
-        "allocatable.",
-    )
-    nccl: NcclCheck = Field(default=NcclCheck(), description="NCCL all-reduce over InfiniBand and NVLink.")
-    storage: StorageCheck = Field(
-        default=StorageCheck(), description="Write and read back on tier 1, RBD and CephFS; S3 round trip on MinIO."
-    )
-    scheduling: Check = Field(default=Check(), description="A small gang job through each team's LocalQueue.")
-    monitoring: MonitoringCheck = Field(
-        default=MonitoringCheck(), description="Fresh data in Zabbix from every inventory host."
-    )
-    drift: DriftProbe = Field(default=DriftProbe(), description="The per-node fingerprint DaemonSet.")
+    namespace: Name = "ml-platform-acceptance"
+    """Namespace of the checks and the probe."""
+    run: int = Field(default=0, ge=0)
+    """Raise it to run every check again on the next `up` with otherwise unchanged settings."""
+    gpu_image: Image = GPU_IMAGE
+    """Image of the GPU node and NCCL checks (sh, python3 with torch and its NCCL); pinned by tag, pulled through the
+    containerd mirrors like every other image."""
+    tools_image: Image = TOOLS_IMAGE
+    """Image of the storage, scheduling, monitoring checks and the drift probe."""
+    gpu_nodes: Check = Check()
+    """Every GPU node: the GPU Operator's validations, all inventory GPUs and the RDMA resource allocatable."""
+    nccl: NcclCheck = NcclCheck()
+    """NCCL all-reduce over InfiniBand and NVLink."""
+    storage: StorageCheck = StorageCheck()
+    """Write and read back on tier 1, RBD and CephFS; S3 round trip on MinIO."""
+    scheduling: Check = Check()
+    """A small gang job through each team's LocalQueue."""
+    monitoring: MonitoringCheck = MonitoringCheck()
+    """Fresh data in Zabbix from every inventory host."""
+    drift: DriftProbe = DriftProbe()
+    """The per-node fingerprint DaemonSet."""

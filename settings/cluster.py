@@ -16,43 +16,34 @@ class Rke2Install(Model):
     and checksums from `artifactUrl` (INSTALL_RKE2_ARTIFACT_URL; the GitHub releases when unset).
     Air-gapped sites point both at an internal HTTP mirror."""
 
-    installer_url: Url = Field(
-        default="https://get.rke2.io",
-        description="The RKE2 install script each host downloads; point it at an internal mirror for air-gapped sites.",
-    )
-    artifact_url: Optional[Url] = Field(
-        default=None,
-        description="`INSTALL_RKE2_ARTIFACT_URL`: where the installer downloads the release tarball and checksums; "
-        "unset: the GitHub releases.",
-    )
-    method: Literal["tar", "rpm"] = Field(
-        default="tar",
-        description="`INSTALL_RKE2_METHOD`. `rpm` also installs `rke2-selinux` (needed on RHEL with SELinux "
-        "enforcing); `tar` installs no SELinux policy.",
-    )
+    installer_url: Url = "https://get.rke2.io"
+    """The RKE2 install script each host downloads; point it at an internal mirror for air-gapped sites."""
+    artifact_url: Optional[Url] = None
+    """`INSTALL_RKE2_ARTIFACT_URL`: where the installer downloads the release tarball and checksums; unset: the GitHub
+    releases."""
+    method: Literal["tar", "rpm"] = "tar"
+    """`INSTALL_RKE2_METHOD`. `rpm` also installs `rke2-selinux` (needed on RHEL with SELinux enforcing); `tar`
+    installs no SELinux policy."""
 
 
 class VirtualIp(Model):
     """A virtual IP for the API and registration address, held by kube-vip on the servers (ARP)."""
 
-    interface: Name = Field(
-        description="The servers' interface on which kube-vip holds `cluster.apiEndpoint` (which must then be "
-        "a free IPv4 address) by ARP."
-    )
-    kube_vip_image: Image = Field(
-        default="ghcr.io/kube-vip/kube-vip:v1.0.4",
-        description="The pinned kube-vip image of the servers' static pod; point it at a mirror for air-gapped sites.",
-    )
+    interface: Name
+    """The servers' interface on which kube-vip holds `cluster.apiEndpoint` (which must then be a free IPv4 address) by
+    ARP."""
+    kube_vip_image: Image = "ghcr.io/kube-vip/kube-vip:v1.0.4"
+    """The pinned kube-vip image of the servers' static pod; point it at a mirror for air-gapped sites."""
 
 
 class EtcdSnapshots(Model):
-    schedule_cron: Cron = Field(default="0 */6 * * *", description="RKE2 `etcd-snapshot-schedule-cron`.")
-    retention: int = Field(default=28, ge=1, le=1000, description="RKE2 `etcd-snapshot-retention`: snapshots kept.")
-    s3: bool = Field(
-        default=True,
-        description="Also upload snapshots to the MinIO tier's etcd bucket when `nas.hosts` is set "
-        "(`etcd-s3` + `etcd-s3-config-secret`).",
-    )
+    schedule_cron: Cron = "0 */6 * * *"
+    """RKE2 `etcd-snapshot-schedule-cron`."""
+    retention: int = Field(default=28, ge=1, le=1000)
+    """RKE2 `etcd-snapshot-retention`: snapshots kept."""
+    s3: bool = True
+    """Also upload snapshots to the MinIO tier's etcd bucket when `nas.hosts` is set (`etcd-s3` +
+    `etcd-s3-config-secret`)."""
 
 
 _DAYS = Literal["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
@@ -91,12 +82,14 @@ class UpgradeWindow(Model):
     """When a pool's upgrade Jobs may start (the Plan's `window`): the controller creates no Job outside
     it and lets a started Job run to its end. An end before the start spans midnight."""
 
-    days: list[_DAYS] = Field(min_length=1, description="The days the window opens, e.g. `[saturday, sunday]`.")
-    start_time: Annotated[str, AfterValidator(_clock)] = Field(description="Opening time, `HH:MM` (24 hours).")
-    end_time: Annotated[str, AfterValidator(_clock)] = Field(description="Closing time, `HH:MM` (24 hours).")
-    time_zone: Annotated[str, AfterValidator(_time_zone)] = Field(
-        default="UTC", description="The IANA time zone of the times, e.g. `Europe/Berlin`."
-    )
+    days: list[_DAYS] = Field(min_length=1)
+    """The days the window opens, e.g. `[saturday, sunday]`."""
+    start_time: Annotated[str, AfterValidator(_clock)]
+    """Opening time, `HH:MM` (24 hours)."""
+    end_time: Annotated[str, AfterValidator(_clock)]
+    """Closing time, `HH:MM` (24 hours)."""
+    time_zone: Annotated[str, AfterValidator(_time_zone)] = "UTC"
+    """The IANA time zone of the times, e.g. `Europe/Berlin`."""
 
     @model_validator(mode="after")
     def _not_empty(self) -> UpgradeWindow:
@@ -109,25 +102,15 @@ class UpgradeDrain(Model):
     """How a pool's nodes are drained before RKE2 is upgraded on them (the Plan's `drain`, `kubectl drain`
     with evictions: PodDisruptionBudgets hold, DaemonSet pods stay, emptyDir data is lost)."""
 
-    timeout_seconds: int = Field(
-        default=900,
-        ge=30,
-        le=86400,
-        description="How long one node's drain may take (`kubectl drain --timeout`). A drain that runs out (a "
-        "PodDisruptionBudget that allows no eviction) fails and is retried until the Job's deadline, then the "
-        "Job fails and the node stays cordoned (docs/runbook.md, retry).",
-    )
-    force: bool = Field(
-        default=False,
-        description="Also delete pods without a controller (`kubectl drain --force`); they are lost for good. "
-        "Unset, such a pod stops the drain and fails that node's Job.",
-    )
-    grace_period_seconds: Optional[int] = Field(
-        default=None,
-        ge=0,
-        le=86400,
-        description="Overrides each pod's termination grace period during the drain; unset: the pods' own.",
-    )
+    timeout_seconds: int = Field(default=900, ge=30, le=86400)
+    """How long one node's drain may take (`kubectl drain --timeout`). A drain that runs out (a PodDisruptionBudget
+    that allows no eviction) fails and is retried until the Job's deadline, then the Job fails and the node stays
+    cordoned (docs/runbook.md, retry)."""
+    force: bool = False
+    """Also delete pods without a controller (`kubectl drain --force`); they are lost for good. Unset, such a pod stops
+    the drain and fails that node's Job."""
+    grace_period_seconds: Optional[int] = Field(default=None, ge=0, le=86400)
+    """Overrides each pod's termination grace period during the drain; unset: the pods' own."""
 
     @model_validator(mode="after")
     def _grace_within_timeout(self) -> UpgradeDrain:
@@ -142,17 +125,13 @@ class UpgradeDrain(Model):
 class UpgradePool(Model):
     """One agent pool's upgrade Plan: how many of its nodes at once, when, and how they are drained."""
 
-    concurrency: int = Field(
-        default=1,
-        ge=1,
-        le=100,
-        description="How many of the pool's nodes are drained and upgraded at the same time (the Plan's "
-        "`concurrency`). Keep it within what the PodDisruptionBudgets and the spare capacity allow.",
-    )
-    window: Optional[UpgradeWindow] = Field(
-        default=None, description="When the pool's upgrade Jobs may start; unset: at any time."
-    )
-    drain: UpgradeDrain = Field(default=UpgradeDrain(), description="How the pool's nodes are drained.")
+    concurrency: int = Field(default=1, ge=1, le=100)
+    """How many of the pool's nodes are drained and upgraded at the same time (the Plan's `concurrency`). Keep it
+    within what the PodDisruptionBudgets and the spare capacity allow."""
+    window: Optional[UpgradeWindow] = None
+    """When the pool's upgrade Jobs may start; unset: at any time."""
+    drain: UpgradeDrain = UpgradeDrain()
+    """How the pool's nodes are drained."""
 
 
 def _one_osd_host(value: int) -> int:
@@ -168,9 +147,8 @@ def _one_osd_host(value: int) -> int:
 class StorageUpgradePool(UpgradePool):
     """The Ceph storage hosts' upgrade Plan: always one host at a time."""
 
-    concurrency: Annotated[int, AfterValidator(_one_osd_host)] = Field(
-        default=1, description="Must be 1: one OSD host down at a time, as Rook's PodDisruptionBudgets allow."
-    )
+    concurrency: Annotated[int, AfterValidator(_one_osd_host)] = 1
+    """Must be 1: one OSD host down at a time, as Rook's PodDisruptionBudgets allow."""
 
 
 class ClusterUpgrade(Model):
@@ -179,43 +157,28 @@ class ClusterUpgrade(Model):
     time, cordoned) and one per agent pool (GPU nodes, Ceph storage hosts, the other CPU nodes), each
     drained with its own concurrency, window and drain settings (docs/upgrades.md)."""
 
-    gpu: UpgradePool = Field(default=UpgradePool(), description="The GPU nodes' Plan (default: one at a time).")
-    storage: StorageUpgradePool = Field(
-        default=StorageUpgradePool(), description="The Ceph storage (OSD) hosts' Plan: one at a time."
-    )
-    cpu: UpgradePool = Field(
-        default=UpgradePool(concurrency=2), description="The other CPU agents' Plan (default: two at a time)."
-    )
-    server_post_complete_delay_seconds: int = Field(
-        default=120,
-        ge=0,
-        le=3600,
-        description="The server Plan's `postCompleteDelay`: after a server's upgrade Job completed, how long the "
-        "controller waits before the next server (its etcd member catches up meanwhile).",
-    )
-    wait_timeout_seconds: int = Field(
-        default=0,
-        ge=0,
-        le=7 * 86400,
-        description="0: `pulumi up` returns once the Plans are applied and the rollout goes on in the cluster. "
-        "Otherwise `up` waits for every Plan to report Complete (servers first, then the agent pools) and fails "
-        "after this many seconds per Plan; cover the pools' windows.",
-    )
-    controller_image: Image = Field(
-        default="docker.io/rancher/system-upgrade-controller:v0.20.1",
-        description="The system-upgrade-controller image; its manifest is vendored at the same release "
-        "(components/manifests/system-upgrade-controller/). Point it at a mirror for air-gapped sites.",
-    )
-    kubectl_image: Image = Field(
-        default="docker.io/rancher/kubectl:v1.30.3",
-        description="The image the upgrade Jobs cordon and drain with (the controller's "
-        "`SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE`, upstream's pin); point it at a mirror for air-gapped sites.",
-    )
-    upgrade_image: Annotated[str, AfterValidator(_untagged_image)] = Field(
-        default="docker.io/rancher/rke2-upgrade",
-        description="The rke2-upgrade image repository, without a tag or digest: the controller tags it with "
-        "`rke2Version` (`+` written as `-`). Point it at a mirror for air-gapped sites.",
-    )
+    gpu: UpgradePool = UpgradePool()
+    """The GPU nodes' Plan (default: one at a time)."""
+    storage: StorageUpgradePool = StorageUpgradePool()
+    """The Ceph storage (OSD) hosts' Plan: one at a time."""
+    cpu: UpgradePool = UpgradePool(concurrency=2)
+    """The other CPU agents' Plan (default: two at a time)."""
+    server_post_complete_delay_seconds: int = Field(default=120, ge=0, le=3600)
+    """The server Plan's `postCompleteDelay`: after a server's upgrade Job completed, how long the controller waits
+    before the next server (its etcd member catches up meanwhile)."""
+    wait_timeout_seconds: int = Field(default=0, ge=0, le=7 * 86400)
+    """0: `pulumi up` returns once the Plans are applied and the rollout goes on in the cluster. Otherwise `up` waits
+    for every Plan to report Complete (servers first, then the agent pools) and fails after this many seconds per
+    Plan; cover the pools' windows."""
+    controller_image: Image = "docker.io/rancher/system-upgrade-controller:v0.20.1"
+    """The system-upgrade-controller image; its manifest is vendored at the same release
+    (components/manifests/system-upgrade-controller/). Point it at a mirror for air-gapped sites."""
+    kubectl_image: Image = "docker.io/rancher/kubectl:v1.30.3"
+    """The image the upgrade Jobs cordon and drain with (the controller's `SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE`,
+    upstream's pin); point it at a mirror for air-gapped sites."""
+    upgrade_image: Annotated[str, AfterValidator(_untagged_image)] = "docker.io/rancher/rke2-upgrade"
+    """The rke2-upgrade image repository, without a tag or digest: the controller tags it with `rke2Version` (`+`
+    written as `-`). Point it at a mirror for air-gapped sites."""
 
 
 def _issuer_url(value: str) -> str:
@@ -240,108 +203,76 @@ class Oidc(Model):
     """The site's OpenID Connect identity provider, trusted by the API server (kube-apiserver `--oidc-*`
     flags): people log in as themselves, and each team's RBAC binds its identity-provider groups."""
 
-    issuer_url: Annotated[str, AfterValidator(_issuer_url)] = Field(
-        description="The provider's issuer URL, exactly as in the tokens' `iss` claim (https only)."
-    )
-    client_id: str = Field(min_length=1, description="The client id the tokens are issued for (their `aud`).")
-    username_claim: str = Field(default="email", min_length=1, description="The claim that names the user.")
-    groups_claim: str = Field(default="groups", min_length=1, description="The claim that lists the user's groups.")
-    username_prefix: str = Field(
-        default="oidc:", description="Prepended to every OIDC user name, so none can pose as a built-in user."
-    )
-    groups_prefix: str = Field(
-        default="oidc:",
-        description="Prepended to every OIDC group (`oidc:ml-vision`), so no token can claim `system:masters`; "
-        "team RoleBindings name the prefixed groups.",
-    )
-    ca_pem: Optional[Annotated[str, AfterValidator(_pem)]] = Field(
-        default=None,
-        description="PEM of the CA that signed the provider's TLS certificate; unset: the servers' system trust.",
-    )
+    issuer_url: Annotated[str, AfterValidator(_issuer_url)]
+    """The provider's issuer URL, exactly as in the tokens' `iss` claim (https only)."""
+    client_id: str = Field(min_length=1)
+    """The client id the tokens are issued for (their `aud`)."""
+    username_claim: str = Field(default="email", min_length=1)
+    """The claim that names the user."""
+    groups_claim: str = Field(default="groups", min_length=1)
+    """The claim that lists the user's groups."""
+    username_prefix: str = "oidc:"
+    """Prepended to every OIDC user name, so none can pose as a built-in user."""
+    groups_prefix: str = "oidc:"
+    """Prepended to every OIDC group (`oidc:ml-vision`), so no token can claim `system:masters`; team RoleBindings name
+    the prefixed groups."""
+    ca_pem: Optional[Annotated[str, AfterValidator(_pem)]] = None
+    """PEM of the CA that signed the provider's TLS certificate; unset: the servers' system trust."""
 
 
 class ClusterSettings(Model):
-    name: Name = Field(
-        description="The cluster's name: kubeconfig names and the Kubernetes provider's `cluster_identifier`."
-    )
-    rke2_version: Rke2Version = Field(
-        description="The pinned RKE2 release, e.g. `v1.35.7+rke2r1`: the `version` of the upgrade Plans, and "
-        "what a fresh host installs (`INSTALL_RKE2_VERSION`) unless `deployedRke2Version` is set. Bumping it "
-        "upgrades running nodes through the system-upgrade-controller, servers first, when "
-        "`deployedRke2Version` names the release they run (docs/upgrades.md)."
-    )
-    install: Rke2Install = Field(default=Rke2Install(), description="Where RKE2 is installed from.")
-    upgrade: ClusterUpgrade = Field(
-        default=ClusterUpgrade(), description="How a `rke2Version` bump rolls over the running nodes."
-    )
-    api_endpoint: Host = Field(
-        description="The fixed API and registration address: a virtual IP (with `virtualIp`) or a load balancer "
-        "or DNS name the site provides; in every server's `tls-san`."
-    )
-    virtual_ip: Optional[VirtualIp] = Field(
-        default=None,
-        description="When set, kube-vip on the servers holds `apiEndpoint`; unset: the site provides the address.",
-    )
-    init_server: Name = Field(
-        description="The control-plane node that started the cluster and whose kubeconfig is read. Required "
-        "(no default to the first server listed): only its first install may initialise etcd; a reinstall "
-        "joins the running cluster (docs/runbook.md, section 14).",
-    )
-    deployed_rke2_version: Optional[Rke2Version] = Field(
-        default=None,
-        description="The RKE2 release the cluster runs now. While it differs from `rke2Version` an upgrade is "
-        "pending: the pre-upgrade step and the upgrade Plans exist (and only then), settings refuse a downgrade "
-        "and a jump of more than one minor version from it, and a fresh host installs it (the Plans take it "
-        "further). Unset: `rke2Version`, nothing pending. Set it to the new release once every node runs it: the "
-        "next `up` first checks the nodes' reported versions on the init server and fails, naming the nodes, "
-        "when any differs.",
-    )
-    join_timeout_seconds: int = Field(
-        default=900,
-        ge=60,
-        le=7200,
-        description="How long an RKE2 step waits for the unit to be active and the node registered (or, on a "
-        "node that was Ready, Ready again) before it fails with the unit's journal.",
-    )
-    certificate_rotation: int = Field(
-        default=0,
-        ge=0,
-        description="A counter: raise it (1, 2, ...) after rotating the servers' certificates with "
-        "`rke2 certificate rotate` to re-read the admin kubeconfig; nothing else changes "
-        "(docs/runbook.md, section 18).",
-    )
-    os_family: Literal["debian", "rhel"] = Field(
-        default="debian", description="The hosts' distribution family: package manager and chrony paths."
-    )
-    cis_profile: bool = Field(
-        default=False, description="RKE2 `profile: cis`, with the etcd user and sysctls it requires."
-    )
-    oidc: Optional[Oidc] = Field(
-        default=None,
-        description="The site's OIDC identity provider, trusted by the API server: teams log in as themselves "
-        "(docs/teams.md). Unset: each team's CI credential comes from its own stack of the `teams/` program.",
-    )
-    etcd_snapshots: EtcdSnapshots = Field(default=EtcdSnapshots(), description="RKE2's scheduled etcd snapshots.")
-    drain_timeout_seconds: int = Field(
-        default=900, ge=30, le=86400, description="How long a removed node's drain may take before the `up` fails."
-    )
-    drain_on_remove: bool = Field(
-        default=True,
-        description="Drain a node before it is deleted; set `false` only to tear a whole environment down.",
-    )
-    time_servers: list[Host] = Field(
-        default=[], description="NTP servers for chrony; empty: the distribution's default."
-    )
-    system_default_registry: Optional[Host] = Field(
-        default=None,
-        description="RKE2 `system-default-registry`: the registry RKE2's own images are pulled from "
-        "(air-gapped sites).",
-    )
-    registry_mirrors: dict[str, list[Url]] = Field(
-        default={},
-        description='containerd mirrors per registry, e.g. `{"nvcr.io": ["https://mirror.example"]}`, '
-        "written to `/etc/rancher/rke2/registries.yaml`.",
-    )
+    name: Name
+    """The cluster's name: kubeconfig names and the Kubernetes provider's `cluster_identifier`."""
+    rke2_version: Rke2Version
+    """The pinned RKE2 release, e.g. `v1.35.7+rke2r1`: the `version` of the upgrade Plans, and what a fresh host
+    installs (`INSTALL_RKE2_VERSION`) unless `deployedRke2Version` is set. Bumping it upgrades running nodes through
+    the system-upgrade-controller, servers first, when `deployedRke2Version` names the release they run
+    (docs/upgrades.md)."""
+    install: Rke2Install = Rke2Install()
+    """Where RKE2 is installed from."""
+    upgrade: ClusterUpgrade = ClusterUpgrade()
+    """How a `rke2Version` bump rolls over the running nodes."""
+    api_endpoint: Host
+    """The fixed API and registration address: a virtual IP (with `virtualIp`) or a load balancer or DNS name the site
+    provides; in every server's `tls-san`."""
+    virtual_ip: Optional[VirtualIp] = None
+    """When set, kube-vip on the servers holds `apiEndpoint`; unset: the site provides the address."""
+    init_server: Name
+    """The control-plane node that started the cluster and whose kubeconfig is read. Required (no default to the first
+    server listed): only its first install may initialise etcd; a reinstall joins the running cluster
+    (docs/runbook.md, section 14)."""
+    deployed_rke2_version: Optional[Rke2Version] = None
+    """The RKE2 release the cluster runs now. While it differs from `rke2Version` an upgrade is pending: the
+    pre-upgrade step and the upgrade Plans exist (and only then), settings refuse a downgrade and a jump of more
+    than one minor version from it, and a fresh host installs it (the Plans take it further). Unset: `rke2Version`,
+    nothing pending. Set it to the new release once every node runs it: the next `up` first checks the nodes'
+    reported versions on the init server and fails, naming the nodes, when any differs."""
+    join_timeout_seconds: int = Field(default=900, ge=60, le=7200)
+    """How long an RKE2 step waits for the unit to be active and the node registered (or, on a node that was Ready,
+    Ready again) before it fails with the unit's journal."""
+    certificate_rotation: int = Field(default=0, ge=0)
+    """A counter: raise it (1, 2, ...) after rotating the servers' certificates with `rke2 certificate rotate` to
+    re-read the admin kubeconfig; nothing else changes (docs/runbook.md, section 18)."""
+    os_family: Literal["debian", "rhel"] = "debian"
+    """The hosts' distribution family: package manager and chrony paths."""
+    cis_profile: bool = False
+    """RKE2 `profile: cis`, with the etcd user and sysctls it requires."""
+    oidc: Optional[Oidc] = None
+    """The site's OIDC identity provider, trusted by the API server: teams log in as themselves (docs/teams.md). Unset:
+    each team's CI credential comes from its own stack of the `teams/` program."""
+    etcd_snapshots: EtcdSnapshots = EtcdSnapshots()
+    """RKE2's scheduled etcd snapshots."""
+    drain_timeout_seconds: int = Field(default=900, ge=30, le=86400)
+    """How long a removed node's drain may take before the `up` fails."""
+    drain_on_remove: bool = True
+    """Drain a node before it is deleted; set `false` only to tear a whole environment down."""
+    time_servers: list[Host] = []
+    """NTP servers for chrony; empty: the distribution's default."""
+    system_default_registry: Optional[Host] = None
+    """RKE2 `system-default-registry`: the registry RKE2's own images are pulled from (air-gapped sites)."""
+    registry_mirrors: dict[str, list[Url]] = {}
+    """containerd mirrors per registry, e.g. `{"nvcr.io": ["https://mirror.example"]}`, written to
+    `/etc/rancher/rke2/registries.yaml`."""
 
     @property
     def upgrade_pending(self) -> bool:
@@ -350,26 +281,27 @@ class ClusterSettings(Model):
 
 
 class Bastion(Model):
-    host: Host = Field(description="The jump host's address or DNS name.")
-    port: Port = Field(default=22, description="The jump host's SSH port.")
-    user: str = Field(default="root", description="The user on the jump host (same private key as the nodes).")
-    host_key: Optional[HostKey] = Field(
-        default=None, description="The jump host's pinned SSH host key (required unless `ssh.allowUnpinnedHostKeys`)."
-    )
+    host: Host
+    """The jump host's address or DNS name."""
+    port: Port = 22
+    """The jump host's SSH port."""
+    user: str = "root"
+    """The user on the jump host (same private key as the nodes)."""
+    host_key: Optional[HostKey] = None
+    """The jump host's pinned SSH host key (required unless `ssh.allowUnpinnedHostKeys`)."""
 
 
 class SshSettings(Model):
-    user: str = Field(
-        default="root", description="Login user on every host; any other user runs scripts with `sudo -n`."
-    )
-    port: Port = Field(default=22, description="SSH port of every node and NAS host.")
-    bastion: Optional[Bastion] = Field(default=None, description="An optional jump host.")
-    allow_unpinned_host_keys: bool = Field(
-        default=False,
-        description="Without it, every node, NAS host and the bastion must pin `hostKey` "
-        "(pulumi-command otherwise accepts any host key).",
-    )
-    dial_error_limit: int = Field(default=10, ge=1, le=100, description="Connection attempts before a host step fails.")
-    per_dial_timeout_seconds: int = Field(
-        default=15, ge=1, le=600, description="Timeout of one connection attempt, in seconds."
-    )
+    user: str = "root"
+    """Login user on every host; any other user runs scripts with `sudo -n`."""
+    port: Port = 22
+    """SSH port of every node and NAS host."""
+    bastion: Optional[Bastion] = None
+    """An optional jump host."""
+    allow_unpinned_host_keys: bool = False
+    """Without it, every node, NAS host and the bastion must pin `hostKey` (pulumi-command otherwise accepts any host
+    key)."""
+    dial_error_limit: int = Field(default=10, ge=1, le=100)
+    """Connection attempts before a host step fails."""
+    per_dial_timeout_seconds: int = Field(default=15, ge=1, le=600)
+    """Timeout of one connection attempt, in seconds."""

@@ -33,33 +33,22 @@ class WebSettings(Model):
     `zabbixCaCert`); an Ingress terminates TLS with that certificate or the site's (`tlsSecretName`,
     verified with `caCert`). The program verifies the certificate on every API call."""
 
-    node_port: Optional[int] = Field(
-        default=31080,
-        ge=30000,
-        le=32767,
-        description="HTTPS NodePort of the web Service; the URL is https://<cluster.apiEndpoint>:<nodePort>. "
-        "Set to null when ingressHost is used.",
-    )
-    ingress_host: Optional[Host] = Field(
-        default=None, description="Host name of an Ingress to the web UI (https://<ingressHost>); instead of nodePort."
-    )
-    ingress_class_name: Optional[Name] = Field(default=None, description="IngressClass for ingressHost.")
-    tls_secret_name: Optional[Name] = Field(
-        default=None,
-        description="With ingressHost: a kubernetes.io/tls Secret in the monitoring namespace holding the site's "
-        "certificate for ingressHost. Unset: the program issues one from its own CA.",
-    )
-    ca_cert: Optional[str] = Field(
-        default=None,
-        pattern=r"^-----BEGIN CERTIFICATE-----",
-        description="PEM of the CA that signed tlsSecretName's certificate; the program verifies the API with it. "
-        "Required with tlsSecretName.",
-    )
-    insecure_plain_http_lab_only: bool = Field(
-        default=False,
-        description="Lab only: serve the web UI and API over plain HTTP (the Admin password and the API token "
-        "cross the network in clear text). Never set it for production.",
-    )
+    node_port: Optional[int] = Field(default=31080, ge=30000, le=32767)
+    """HTTPS NodePort of the web Service; the URL is https://<cluster.apiEndpoint>:<nodePort>. Set to null when
+    ingressHost is used."""
+    ingress_host: Optional[Host] = None
+    """Host name of an Ingress to the web UI (https://<ingressHost>); instead of nodePort."""
+    ingress_class_name: Optional[Name] = None
+    """IngressClass for ingressHost."""
+    tls_secret_name: Optional[Name] = None
+    """With ingressHost: a kubernetes.io/tls Secret in the monitoring namespace holding the site's certificate for
+    ingressHost. Unset: the program issues one from its own CA."""
+    ca_cert: Optional[str] = Field(default=None, pattern=r"^-----BEGIN CERTIFICATE-----")
+    """PEM of the CA that signed tlsSecretName's certificate; the program verifies the API with it. Required with
+    tlsSecretName."""
+    insecure_plain_http_lab_only: bool = False
+    """Lab only: serve the web UI and API over plain HTTP (the Admin password and the API token cross the network in
+    clear text). Never set it for production."""
 
     @model_validator(mode="after")
     def _tls_source_is_complete(self) -> WebSettings:
@@ -73,108 +62,84 @@ class WebSettings(Model):
 
 
 class DatabaseSettings(Model):
-    storage_size: str = Field(
-        default="50Gi",
-        pattern=r"^[1-9][0-9]*(Gi|Ti)$",
-        description="Size of the PostgreSQL volume (tier-2 block storage class), e.g. 50Gi.",
-    )
+    storage_size: str = Field(default="50Gi", pattern=r"^[1-9][0-9]*(Gi|Ti)$")
+    """Size of the PostgreSQL volume (tier-2 block storage class), e.g. 50Gi."""
 
 
 class NasAgentSettings(Model):
     """Zabbix agent 2 on the NAS hosts, installed from an apt repository (point it at a mirror)."""
 
-    apt_repository: Url = Field(
-        default="https://repo.zabbix.com/zabbix/7.0/debian",
-        description="apt repository holding zabbix-agent2 (the official one or an internal mirror of it).",
-    )
-    apt_suite: str = Field(default="bookworm", pattern=r"^[a-z0-9-]+$", description="Suite (codename) of the repo.")
-    apt_key_url: Url = Field(
-        default="https://repo.zabbix.com/zabbix-official-repo-apr2024.gpg",
-        description="URL of the repository's signing key (binary or armored OpenPGP key).",
-    )
-    version: Version = Field(
-        default="1:7.0.16-1+debian12",
-        description="Exact zabbix-agent2 package version (apt `=VERSION` pin; `apt-cache policy zabbix-agent2`).",
-    )
+    apt_repository: Url = "https://repo.zabbix.com/zabbix/7.0/debian"
+    """apt repository holding zabbix-agent2 (the official one or an internal mirror of it)."""
+    apt_suite: str = Field(default="bookworm", pattern=r"^[a-z0-9-]+$")
+    """Suite (codename) of the repo."""
+    apt_key_url: Url = "https://repo.zabbix.com/zabbix-official-repo-apr2024.gpg"
+    """URL of the repository's signing key (binary or armored OpenPGP key)."""
+    version: Version = "1:7.0.16-1+debian12"
+    """Exact zabbix-agent2 package version (apt `=VERSION` pin; `apt-cache policy zabbix-agent2`)."""
 
 
 class Thresholds(Model):
     """Trigger thresholds. Each becomes a global user macro that the templates' triggers read, so a
     change here updates exactly one object in Zabbix."""
 
-    gpu_temperature_celsius: int = Field(
-        default=85, ge=50, le=110, description="GPU temperature (5 min minimum) above which a GPU alerts."
-    )
-    gpu_memory_used_percent: int = Field(
-        default=95, ge=50, le=100, description="GPU frame-buffer use above which a GPU alerts."
-    )
-    ib_port_errors_per_hour: int = Field(
-        default=10, ge=1, le=1_000_000, description="InfiniBand port error counters' growth per hour that alerts."
-    )
-    ceph_pool_used_percent: int = Field(
-        default=80, ge=50, le=99, description="Ceph pool fill level above which it alerts."
-    )
-    ib_min_rate_gbps: int = Field(
-        default=100,
-        ge=10,
-        le=1600,
-        description="InfiniBand link rate (Gb/s) below which a port counts as degraded (trained down).",
-    )
-    node_cordoned_max_minutes: int = Field(
-        default=120,
-        ge=5,
-        le=10080,
-        description="How long a node may stay cordoned (spec.unschedulable) before it alerts.",
-    )
-    certificate_expiry_days: int = Field(
-        default=21, ge=1, le=365, description="Days before a watched TLS certificate expires that it alerts."
-    )
-    etcd_snapshot_margin_minutes: int = Field(
-        default=30,
-        ge=5,
-        le=1440,
-        description="An etcd snapshot is too old after the schedule's longest interval plus this margin.",
-    )
+    gpu_temperature_celsius: int = Field(default=85, ge=50, le=110)
+    """GPU temperature (5 min minimum) above which a GPU alerts."""
+    gpu_memory_used_percent: int = Field(default=95, ge=50, le=100)
+    """GPU frame-buffer use above which a GPU alerts."""
+    ib_port_errors_per_hour: int = Field(default=10, ge=1, le=1_000_000)
+    """InfiniBand port error counters' growth per hour that alerts."""
+    ceph_pool_used_percent: int = Field(default=80, ge=50, le=99)
+    """Ceph pool fill level above which it alerts."""
+    ib_min_rate_gbps: int = Field(default=100, ge=10, le=1600)
+    """InfiniBand link rate (Gb/s) below which a port counts as degraded (trained down)."""
+    node_cordoned_max_minutes: int = Field(default=120, ge=5, le=10080)
+    """How long a node may stay cordoned (spec.unschedulable) before it alerts."""
+    certificate_expiry_days: int = Field(default=21, ge=1, le=365)
+    """Days before a watched TLS certificate expires that it alerts."""
+    etcd_snapshot_margin_minutes: int = Field(default=30, ge=5, le=1440)
+    """An etcd snapshot is too old after the schedule's longest interval plus this margin."""
 
 
 class Channel(Model):
     """One alert destination: a Slack or Mattermost channel (or user), the lowest severity it receives
     and, optionally, the host groups it is limited to."""
 
-    name: Name = Field(description="Name of the channel's Zabbix alert user, user group and action.")
-    type: Literal["slack", "mattermost"] = Field(description="Media type: slack or mattermost.")
-    send_to: str = Field(
-        description="Slack: '#channel', '@user' or a channel ID; Mattermost: 'team/#channel', 'team/@user' "
-        "or a 26-character channel ID."
-    )
+    name: Name
+    """Name of the channel's Zabbix alert user, user group and action."""
+    type: Literal["slack", "mattermost"]
+    """Media type: slack or mattermost."""
+    send_to: str
+    """Slack: '#channel', '@user' or a channel ID; Mattermost: 'team/#channel', 'team/@user' or a 26-character channel
+    ID."""
     min_severity: Severity = Field(default="average", description="Lowest severity sent: " + ", ".join(SEVERITIES))
-    host_groups: list[str] = Field(
-        default=[], description="Host groups whose problems are sent (names from docs/monitoring.md); [] = all."
-    )
+    host_groups: list[str] = []
+    """Host groups whose problems are sent (names from docs/monitoring.md); [] = all."""
 
 
 class AlertingSettings(Model):
-    mattermost_url: Optional[Url] = Field(
-        default=None, description="Base URL of the Mattermost server (required with a mattermost channel)."
-    )
-    channels: list[Channel] = Field(default=[], description="Where alerts go.")
+    mattermost_url: Optional[Url] = None
+    """Base URL of the Mattermost server (required with a mattermost channel)."""
+    channels: list[Channel] = []
+    """Where alerts go."""
 
 
 class MonitoringSettings(Model):
-    namespace: Name = Field(default="monitoring", description="Namespace of Zabbix and kube-state-metrics.")
-    image_tag: Version = Field(
-        default="ubuntu-7.0.16",
-        description="Tag of the zabbix/* images (server, web, agent2): the chart's zabbixImageTag.",
-    )
-    web: WebSettings = Field(default=WebSettings(), description="Web UI / API exposure.")
-    server_node_port: int = Field(
-        default=31051,
-        ge=30000,
-        le=32767,
-        description="NodePort of the server's trapper port (10051), for the NAS hosts' active agents.",
-    )
-    database: DatabaseSettings = Field(default=DatabaseSettings(), description="The bundled PostgreSQL.")
-    nas_agent: NasAgentSettings = Field(default=NasAgentSettings(), description="agent2 on the NAS hosts.")
-    api_user: Name = Field(default="ml-platform-api", description="Zabbix user this program works as (token auth).")
-    thresholds: Thresholds = Field(default=Thresholds(), description="Trigger thresholds.")
-    alerting: AlertingSettings = Field(default=AlertingSettings(), description="Alert channels.")
+    namespace: Name = "monitoring"
+    """Namespace of Zabbix and kube-state-metrics."""
+    image_tag: Version = "ubuntu-7.0.16"
+    """Tag of the zabbix/* images (server, web, agent2): the chart's zabbixImageTag."""
+    web: WebSettings = WebSettings()
+    """Web UI / API exposure."""
+    server_node_port: int = Field(default=31051, ge=30000, le=32767)
+    """NodePort of the server's trapper port (10051), for the NAS hosts' active agents."""
+    database: DatabaseSettings = DatabaseSettings()
+    """The bundled PostgreSQL."""
+    nas_agent: NasAgentSettings = NasAgentSettings()
+    """agent2 on the NAS hosts."""
+    api_user: Name = "ml-platform-api"
+    """Zabbix user this program works as (token auth)."""
+    thresholds: Thresholds = Thresholds()
+    """Trigger thresholds."""
+    alerting: AlertingSettings = AlertingSettings()
+    """Alert channels."""

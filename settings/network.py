@@ -13,19 +13,16 @@ from settings.types import HOSTNAME, IPv4Network, Model, Name, Version
 class IpoibNetwork(Model):
     """A secondary IPoIB network (Multus) for pods that want an address on the IB fabric."""
 
-    enabled: bool = Field(default=False, description="Deploy the secondary IPoIB network (Multus, nv-ipam).")
-    name: Name = Field(default="ib-net", description="Name of the IPoIBNetwork and its NetworkAttachmentDefinition.")
-    namespace: Name = Field(default="default", description="Namespace of the NetworkAttachmentDefinition.")
-    range: IPv4Network = Field(
-        default="192.168.200.0/24",
-        description="The pods' IPoIB addresses; must not hold host IB addresses (`nodes[].infiniband.address`).",
-    )
-    per_node_block_size: int = Field(
-        default=64,
-        ge=2,
-        le=65536,
-        description="Addresses nv-ipam hands each GPU node from `range` (GPU nodes x block must fit in it).",
-    )
+    enabled: bool = False
+    """Deploy the secondary IPoIB network (Multus, nv-ipam)."""
+    name: Name = "ib-net"
+    """Name of the IPoIBNetwork and its NetworkAttachmentDefinition."""
+    namespace: Name = "default"
+    """Namespace of the NetworkAttachmentDefinition."""
+    range: IPv4Network = "192.168.200.0/24"
+    """The pods' IPoIB addresses; must not hold host IB addresses (`nodes[].infiniband.address`)."""
+    per_node_block_size: int = Field(default=64, ge=2, le=65536)
+    """Addresses nv-ipam hands each GPU node from `range` (GPU nodes x block must fit in it)."""
 
 
 _CNIS = ("cilium", "calico")
@@ -54,46 +51,32 @@ def _rdma_resource(value: str) -> str:
 
 
 class InfinibandSettings(Model):
-    mode: Literal["datagram", "connected"] = Field(
-        default="datagram", description="IPoIB mode (ConnectX-4 and later run datagram only)."
-    )
-    mtu: int = Field(
-        default=2044, ge=576, le=65520, description="IPoIB MTU; at most 4092 in datagram mode, 65520 in connected mode."
-    )
-    host_stack: Literal["inbox", "ofed"] = Field(
-        default="inbox",
-        description="`inbox`: the distribution's rdma-core. `ofed`: NVIDIA's DOCA-OFED driver container, managed "
-        "by the Network Operator (no inbox packages on the host).",
-    )
-    doca_driver_version: Version = Field(
-        default="doca3.4.1-26.04-1.1.0.0-1",
-        description="Tag of `nvcr.io/nvidia/mellanox/doca-driver` for `hostStack: ofed` (the Network Operator "
-        "release's own, hack/release.yaml).",
-    )
-    rdma_resource_name: Annotated[str, AfterValidator(_rdma_resource)] = Field(
-        default="rdma/ib", description="The extended resource GPU pods request for RDMA, `<prefix>/<name>`."
-    )
-    ipoib_network: IpoibNetwork = Field(
-        default=IpoibNetwork(), description="An optional secondary IPoIB network for pods."
-    )
+    mode: Literal["datagram", "connected"] = "datagram"
+    """IPoIB mode (ConnectX-4 and later run datagram only)."""
+    mtu: int = Field(default=2044, ge=576, le=65520)
+    """IPoIB MTU; at most 4092 in datagram mode, 65520 in connected mode."""
+    host_stack: Literal["inbox", "ofed"] = "inbox"
+    """`inbox`: the distribution's rdma-core. `ofed`: NVIDIA's DOCA-OFED driver container, managed by the Network
+    Operator (no inbox packages on the host)."""
+    doca_driver_version: Version = "doca3.4.1-26.04-1.1.0.0-1"
+    """Tag of `nvcr.io/nvidia/mellanox/doca-driver` for `hostStack: ofed` (the Network Operator release's own,
+    hack/release.yaml)."""
+    rdma_resource_name: Annotated[str, AfterValidator(_rdma_resource)] = "rdma/ib"
+    """The extended resource GPU pods request for RDMA, `<prefix>/<name>`."""
+    ipoib_network: IpoibNetwork = IpoibNetwork()
+    """An optional secondary IPoIB network for pods."""
 
 
 class NetworkSettings(Model):
-    cni: Annotated[Literal["cilium", "calico"], BeforeValidator(_cni)] = Field(
-        default="cilium",
-        description="The one Ethernet CNI. Choose it before the first `up`: switching it on a running cluster is "
-        "unsupported and refused at preview (docs/network-fabric.md).",
-    )
-    cluster_cidr: IPv4Network = Field(
-        default="10.42.0.0/16",
-        description="Pod network (RKE2 `cluster-cidr`, Cilium's cluster pool, Calico's IP pool); one /24 per node "
-        "must fit; must not overlap the service network or hold host addresses.",
-    )
-    service_cidr: IPv4Network = Field(default="10.43.0.0/16", description="Service network (RKE2 `service-cidr`).")
-    kube_proxy_replacement: bool = Field(
-        default=True,
-        description="With Cilium: RKE2 `disable-kube-proxy` and Cilium's kube-proxy replacement; ignored with Calico.",
-    )
-    infiniband: InfinibandSettings = Field(
-        default=InfinibandSettings(), description="The GPU nodes' InfiniBand fabric."
-    )
+    cni: Annotated[Literal["cilium", "calico"], BeforeValidator(_cni)] = "cilium"
+    """The one Ethernet CNI. Choose it before the first `up`: switching it on a running cluster is unsupported and
+    refused at preview (docs/network-fabric.md)."""
+    cluster_cidr: IPv4Network = "10.42.0.0/16"
+    """Pod network (RKE2 `cluster-cidr`, Cilium's cluster pool, Calico's IP pool); one /24 per node must fit; must not
+    overlap the service network or hold host addresses."""
+    service_cidr: IPv4Network = "10.43.0.0/16"
+    """Service network (RKE2 `service-cidr`)."""
+    kube_proxy_replacement: bool = True
+    """With Cilium: RKE2 `disable-kube-proxy` and Cilium's kube-proxy replacement; ignored with Calico."""
+    infiniband: InfinibandSettings = InfinibandSettings()
+    """The GPU nodes' InfiniBand fabric."""

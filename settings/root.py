@@ -50,27 +50,28 @@ class SettingsError(pulumi.RunError):
 
 
 class Settings(Model):
-    cluster: ClusterSettings = Field(description="RKE2 and the API endpoint.")
-    ssh: SshSettings = Field(default=SshSettings(), description="How every node and NAS host is reached.")
-    nodes: list[NodeSettings] = Field(min_length=1, description="The cluster's machines, one entry per node.")
-    nas: NasSettings = Field(default=NasSettings(), description="The NAS hosts outside the cluster (tier 3).")
-    network: NetworkSettings = Field(
-        default=NetworkSettings(), description="The CNI, pod and service ranges, and the InfiniBand fabric."
-    )
-    gpu: GpuSettings = Field(
-        default=GpuSettings(), description="The GPU Operator, time-slicing, and tier-1 local NVMe."
-    )
-    storage: StorageSettings = Field(default=StorageSettings(), description="Tier 2 (Ceph) and tier 3 (MinIO).")
-    scheduling: SchedulingSettings = Field(
-        default=SchedulingSettings(), description="Kueue (quota, admission) and Volcano (gang placement)."
-    )
-    monitoring: MonitoringSettings = Field(default=MonitoringSettings(), description="Zabbix.")
-    charts: Charts = Field(
-        default=Charts(), description="Every Helm chart at a pinned version, each repository overridable for a mirror."
-    )
-    acceptance: AcceptanceSettings = Field(
-        default=AcceptanceSettings(), description="The acceptance checks every `up` ends with, and the drift probe."
-    )
+    cluster: ClusterSettings
+    """RKE2 and the API endpoint."""
+    ssh: SshSettings = SshSettings()
+    """How every node and NAS host is reached."""
+    nodes: list[NodeSettings] = Field(min_length=1)
+    """The cluster's machines, one entry per node."""
+    nas: NasSettings = NasSettings()
+    """The NAS hosts outside the cluster (tier 3)."""
+    network: NetworkSettings = NetworkSettings()
+    """The CNI, pod and service ranges, and the InfiniBand fabric."""
+    gpu: GpuSettings = GpuSettings()
+    """The GPU Operator, time-slicing, and tier-1 local NVMe."""
+    storage: StorageSettings = StorageSettings()
+    """Tier 2 (Ceph) and tier 3 (MinIO)."""
+    scheduling: SchedulingSettings = SchedulingSettings()
+    """Kueue (quota, admission) and Volcano (gang placement)."""
+    monitoring: MonitoringSettings = MonitoringSettings()
+    """Zabbix."""
+    charts: Charts = Charts()
+    """Every Helm chart at a pinned version, each repository overridable for a mirror."""
+    acceptance: AcceptanceSettings = AcceptanceSettings()
+    """The acceptance checks every `up` ends with, and the drift probe."""
 
     @property
     def servers(self) -> list[NodeSettings]:

@@ -50,62 +50,50 @@ Quantity = Annotated[str, AfterValidator(_quantity)]
 class ResourceLimit(Model):
     """A borrowing or lending limit per resource; an unset resource has no limit."""
 
-    gpus: Optional[int] = Field(default=None, ge=0, description="`nvidia.com/gpu` (time-sliced replicas count)")
-    cpu: Optional[int] = Field(default=None, ge=0, description="CPU cores")
-    memory: Optional[Quantity] = Field(default=None, description="memory quantity, e.g. `512Gi`")
+    gpus: Optional[int] = Field(default=None, ge=0)
+    """`nvidia.com/gpu` (time-sliced replicas count)"""
+    cpu: Optional[int] = Field(default=None, ge=0)
+    """CPU cores"""
+    memory: Optional[Quantity] = None
+    """memory quantity, e.g. `512Gi`"""
 
 
 class FlavorQuota(Model):
     """A team's nominal quota on one flavor: what it is guaranteed there."""
 
-    gpus: int = Field(
-        default=0,
-        ge=0,
-        description="nominal `nvidia.com/gpu` on this flavor (time-sliced replicas when time-slicing is on); "
-        "0 on the `cpu` flavor",
-    )
-    cpu: int = Field(ge=0, description="nominal CPU cores on this flavor's nodes")
-    memory: Quantity = Field(description="nominal memory on this flavor's nodes, e.g. `2Ti`")
-    borrowing_limit: Optional[ResourceLimit] = Field(
-        default=None,
-        description="at most this much above nominal may be borrowed from the cohort (unset: no limit; "
-        "needs `scheduling.cohort`)",
-    )
-    lending_limit: Optional[ResourceLimit] = Field(
-        default=None,
-        description="at most this much of the nominal quota is lent to the cohort (unset: all of it; "
-        "needs `scheduling.cohort`)",
-    )
+    gpus: int = Field(default=0, ge=0)
+    """nominal `nvidia.com/gpu` on this flavor (time-sliced replicas when time-slicing is on); 0 on the `cpu` flavor"""
+    cpu: int = Field(ge=0)
+    """nominal CPU cores on this flavor's nodes"""
+    memory: Quantity
+    """nominal memory on this flavor's nodes, e.g. `2Ti`"""
+    borrowing_limit: Optional[ResourceLimit] = None
+    """at most this much above nominal may be borrowed from the cohort (unset: no limit; needs `scheduling.cohort`)"""
+    lending_limit: Optional[ResourceLimit] = None
+    """at most this much of the nominal quota is lent to the cohort (unset: all of it; needs `scheduling.cohort`)"""
 
 
 class Team(Model):
     """One team: its namespaces, queue, quota per flavor and the groups that may use it."""
 
-    name: Name = Field(description="team name: ClusterQueue name and default namespace")
-    namespaces: list[Name] = Field(default=[], description="the team's namespaces (default: one named like the team)")
-    groups: list[str] = Field(
-        default=[], description="identity-provider groups bound to the team's role in its namespaces"
-    )
-    quotas: dict[Name, FlavorQuota] = Field(
-        min_length=1, description="nominal quota per flavor name (`cpu`, or a GPU model's flavor)"
-    )
-    fair_sharing_weight: int = Field(
-        default=1, ge=0, le=1000, description="share of the cohort's unused quota relative to other teams"
-    )
-    pod_security: Optional[Literal["restricted", "baseline"]] = Field(
-        default=None,
-        description="Pod Security Standard enforced on the team's namespaces; unset: `baseline` for an RDMA team, "
-        "`restricted` otherwise (no team namespace is `privileged`)",
-    )
-    priority_classes: list[Name] = Field(
-        default=[],
-        description="the priority classes the team's workloads may name (admission refuses others; default: all)",
-    )
-    rdma: bool = Field(
-        default=False,
-        description="the team runs RDMA pods: `baseline` (they request the RDMA device plugin's resource and pin "
-        "memory under the hosts' unlimited memlock limit, without IPC_LOCK)",
-    )
+    name: Name
+    """team name: ClusterQueue name and default namespace"""
+    namespaces: list[Name] = []
+    """the team's namespaces (default: one named like the team)"""
+    groups: list[str] = []
+    """identity-provider groups bound to the team's role in its namespaces"""
+    quotas: dict[Name, FlavorQuota] = Field(min_length=1)
+    """nominal quota per flavor name (`cpu`, or a GPU model's flavor)"""
+    fair_sharing_weight: int = Field(default=1, ge=0, le=1000)
+    """share of the cohort's unused quota relative to other teams"""
+    pod_security: Optional[Literal["restricted", "baseline"]] = None
+    """Pod Security Standard enforced on the team's namespaces; unset: `baseline` for an RDMA team, `restricted`
+    otherwise (no team namespace is `privileged`)"""
+    priority_classes: list[Name] = []
+    """the priority classes the team's workloads may name (admission refuses others; default: all)"""
+    rdma: bool = False
+    """the team runs RDMA pods: `baseline` (they request the RDMA device plugin's resource and pin memory under the
+    hosts' unlimited memlock limit, without IPC_LOCK)"""
 
     @property
     def namespace_names(self) -> list[str]:
@@ -119,62 +107,64 @@ class Team(Model):
 
 
 class PriorityClass(Model):
-    name: Name = Field(description="WorkloadPriorityClass name (job label `kueue.x-k8s.io/priority-class`)")
-    value: int = Field(ge=-(2**31), le=2**31 - 1, description="higher is admitted first and may preempt lower")
-    description: str = Field(default="", max_length=2048, description="what the class is for")
+    name: Name
+    """WorkloadPriorityClass name (job label `kueue.x-k8s.io/priority-class`)"""
+    value: int = Field(ge=-(2**31), le=2**31 - 1)
+    """higher is admitted first and may preempt lower"""
+    description: str = Field(default="", max_length=2048)
+    """what the class is for"""
 
 
 class WaitForPodsReady(Model):
     """Kueue evicts an admitted workload whose pods are not all ready in time (e.g. a gang that
     Volcano cannot place) and requeues it with exponential backoff."""
 
-    timeout_seconds: int = Field(default=900, ge=30, description="time for all pods to become ready")
-    backoff_base_seconds: int = Field(default=60, ge=1, description="first requeue delay, doubled per eviction")
-    backoff_max_seconds: int = Field(default=3600, ge=1, description="longest requeue delay")
-    backoff_limit_count: Optional[int] = Field(
-        default=None, ge=0, description="requeues before the workload is deactivated (unset: forever)"
-    )
+    timeout_seconds: int = Field(default=900, ge=30)
+    """time for all pods to become ready"""
+    backoff_base_seconds: int = Field(default=60, ge=1)
+    """first requeue delay, doubled per eviction"""
+    backoff_max_seconds: int = Field(default=3600, ge=1)
+    """longest requeue delay"""
+    backoff_limit_count: Optional[int] = Field(default=None, ge=0)
+    """requeues before the workload is deactivated (unset: forever)"""
 
 
 class TrainingOperators(Model):
     """The operators of the job kinds teams submit for distributed training, each optional. Kueue manages
     exactly the kinds enabled in this block (plus batch/Job and plain pods)."""
 
-    jobset: bool = Field(default=False, description="JobSet (`jobset.x-k8s.io/JobSet`); Kubeflow Trainer needs it")
-    trainer: bool = Field(
-        default=False,
-        description="Kubeflow Trainer v2 (`trainer.kubeflow.org/TrainJob`) and its `torch-distributed` "
-        "ClusterTrainingRuntime; needs `jobset`",
-    )
-    kuberay: bool = Field(default=False, description="KubeRay (`ray.io/RayJob`, `RayCluster`), gang-placed by Volcano")
-    trainer_runtime_image: str = Field(
-        default="docker.io/pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
-        description="Default image of the `torch-distributed` ClusterTrainingRuntime (the Trainer 2.3.0 chart's "
-        "`files/runtimes/torch-distributed.yaml`); a TrainJob sets its own in `spec.trainer.image`",
-    )
-    jobset_namespace: Name = Field(default="jobset-system", description="Namespace of the JobSet controller.")
-    trainer_namespace: Name = Field(default="kubeflow-system", description="Namespace of the Trainer controller.")
-    kuberay_namespace: Name = Field(default="kuberay-system", description="Namespace of the KubeRay operator.")
+    jobset: bool = False
+    """JobSet (`jobset.x-k8s.io/JobSet`); Kubeflow Trainer needs it"""
+    trainer: bool = False
+    """Kubeflow Trainer v2 (`trainer.kubeflow.org/TrainJob`) and its `torch-distributed` ClusterTrainingRuntime; needs
+    `jobset`"""
+    kuberay: bool = False
+    """KubeRay (`ray.io/RayJob`, `RayCluster`), gang-placed by Volcano"""
+    trainer_runtime_image: str = "docker.io/pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
+    """Default image of the `torch-distributed` ClusterTrainingRuntime (the Trainer 2.3.0 chart's
+    `files/runtimes/torch-distributed.yaml`); a TrainJob sets its own in `spec.trainer.image`"""
+    jobset_namespace: Name = "jobset-system"
+    """Namespace of the JobSet controller."""
+    trainer_namespace: Name = "kubeflow-system"
+    """Namespace of the Trainer controller."""
+    kuberay_namespace: Name = "kuberay-system"
+    """Namespace of the KubeRay operator."""
 
 
 class SchedulingSettings(Model):
-    volcano_namespace: Name = Field(default="volcano-system", description="Namespace of Volcano.")
-    kueue_namespace: Name = Field(default="kueue-system", description="Namespace of Kueue.")
-    cohort: Optional[Name] = Field(
-        default="ml-platform",
-        description="the cohort every team's ClusterQueue joins (borrowing idle quota); null: no borrowing",
-    )
-    allow_overcommit: bool = Field(
-        default=False,
-        description="allow nominal GPU quotas to add up to more than a flavor's schedulable GPUs",
-    )
-    wait_for_pods_ready: WaitForPodsReady = Field(
-        default=WaitForPodsReady(), description="eviction and requeue of admitted workloads whose pods never start"
-    )
-    priority_classes: list[PriorityClass] = Field(
-        default=[], description="WorkloadPriorityClasses jobs may name in `kueue.x-k8s.io/priority-class`"
-    )
-    training_operators: TrainingOperators = Field(
-        default=TrainingOperators(), description="optional operators for the distributed training job kinds"
-    )
-    teams: list[Team] = Field(default=[], description="the teams sharing the cluster, one block each")
+    volcano_namespace: Name = "volcano-system"
+    """Namespace of Volcano."""
+    kueue_namespace: Name = "kueue-system"
+    """Namespace of Kueue."""
+    cohort: Optional[Name] = "ml-platform"
+    """the cohort every team's ClusterQueue joins (borrowing idle quota); null: no borrowing"""
+    allow_overcommit: bool = False
+    """allow nominal GPU quotas to add up to more than a flavor's schedulable GPUs"""
+    wait_for_pods_ready: WaitForPodsReady = WaitForPodsReady()
+    """eviction and requeue of admitted workloads whose pods never start"""
+    priority_classes: list[PriorityClass] = []
+    """WorkloadPriorityClasses jobs may name in `kueue.x-k8s.io/priority-class`"""
+    training_operators: TrainingOperators = TrainingOperators()
+    """optional operators for the distributed training job kinds"""
+    teams: list[Team] = []
+    """the teams sharing the cluster, one block each"""

@@ -11,34 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pydantic import Field
-
 from settings.types import SECRET, Model, Secret
 
 
 class StackSecrets(Model):
-    ssh_private_key: Secret = Field(
-        default=None,
-        description="the SSH private key (PEM/OpenSSH) that logs in to every node and NAS host; required",
-    )
-    rke2_token: Secret = Field(
-        default=None,
-        description="the RKE2 server token (only servers hold it; agents join with a generated agent token); when "
-        "unset, one is generated and kept (secret) in the stack state",
-    )
-    zabbix_admin_password: Secret = Field(
-        default=None, description="the Zabbix Admin password set on the first up; when unset, one is generated (secret)"
-    )
-    zabbix_agent_psk: Secret = Field(
-        default=None, description="the agent<->server TLS PSK (64+ hex digits); when unset, one is generated (secret)"
-    )
-    zabbix_slack_bot_token: Secret = Field(
-        default=None,
-        description="the Slack bot token (xoxb-...) of the Zabbix Slack media type; needed with a slack channel",
-    )
-    zabbix_mattermost_bot_token: Secret = Field(
-        default=None, description="the Mattermost bot access token; needed with a mattermost channel"
-    )
+    ssh_private_key: Secret = None
+    """the SSH private key (PEM/OpenSSH) that logs in to every node and NAS host; required"""
+    rke2_token: Secret = None
+    """the RKE2 server token (only servers hold it; agents join with a generated agent token); when unset, one is
+    generated and kept (secret) in the stack state"""
+    zabbix_admin_password: Secret = None
+    """the Zabbix Admin password set on the first up; when unset, one is generated (secret)"""
+    zabbix_agent_psk: Secret = None
+    """the agent<->server TLS PSK (64+ hex digits); when unset, one is generated (secret)"""
+    zabbix_slack_bot_token: Secret = None
+    """the Slack bot token (xoxb-...) of the Zabbix Slack media type; needed with a slack channel"""
+    zabbix_mattermost_bot_token: Secret = None
+    """the Mattermost bot access token; needed with a mattermost channel"""
 
 
 def secret_fields(model: type[Model]) -> dict[str, str]:

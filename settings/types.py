@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -319,11 +319,25 @@ Rke2Version = Annotated[str, AfterValidator(_rke2_version)]
 
 
 class Model(BaseModel):
+    """The base of every settings model. A field's description is the docstring under the field, one paragraph
+    wrapped to the line length; the settings reference and the JSON Schema show it as one line."""
+
     model_config = ConfigDict(
         extra="forbid",
         alias_generator=to_camel,
         validate_by_name=True,
-        validate_by_alias=True,
         frozen=True,
         strict=True,
+        use_attribute_docstrings=True,
     )
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        # pydantic keeps a wrapped docstring's line breaks (inspect.cleandoc): join the lines again, and rebuild
+        # the model so that its JSON Schema, made from the schema built before this hook, says the same.
+        wrapped = [field for field in cls.model_fields.values() if "\n" in (field.description or "")]
+        for field in wrapped:
+            field.description = field.description.replace("\n", " ")
+        if wrapped:
+            cls.model_rebuild(force=True)
+        super().__pydantic_init_subclass__(**kwargs)

@@ -9,10 +9,11 @@ import re
 import typing
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from settings import Charts, Settings
 from settings.load import _unwrap
+from settings.types import Model
 from stacks import docs
 from stacks.outputs import CONTRACT
 from stacks.plan import summary
@@ -50,7 +51,28 @@ def test_committed_generated_files_match_the_models():
 
 def test_every_setting_has_a_description():
     missing = [row.path for row in docs.rows() if not row.description.strip()]
-    assert missing == [], f"give these settings fields Field(..., description='...'): {missing}"
+    assert missing == [], f"give these settings fields a docstring (the line under the field): {missing}"
+
+
+def test_a_field_docstring_wrapped_over_lines_is_one_line_in_the_reference_and_the_schema():
+    class Example(Model):
+        size: int = Field(default=1, ge=1)
+        """A description long enough to be wrapped
+        over three lines, as a long one
+        is."""
+        name: str = "x"
+        """One line."""
+
+    rows = {row.path: row.description for row in docs.rows(Example)}
+    schema = Example.model_json_schema(by_alias=True)["properties"]
+    expected = {
+        "size": "A description long enough to be wrapped over three lines, as a long one is.",
+        "name": "One line.",
+    }
+    assert rows == expected
+    assert {key: value["description"] for key, value in schema.items()} == expected
+    wrapped = [row.path for row in docs.rows() if "\n" in row.description]
+    assert wrapped == []
 
 
 def test_every_setting_is_in_the_reference():
