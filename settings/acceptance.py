@@ -75,15 +75,15 @@ class AcceptanceSettings(Model):
     containerd mirrors like every other image."""
     tools_image: Image = TOOLS_IMAGE
     """Image of the storage, scheduling, monitoring checks and the drift probe."""
-    gpu_nodes: Check = Check()
+    gpu_nodes: Check
     """Every GPU node: the GPU Operator's validations, all inventory GPUs and the RDMA resource allocatable."""
-    nccl: NcclCheck = NcclCheck()
+    nccl: NcclCheck
     """NCCL all-reduce over InfiniBand and NVLink."""
-    storage: StorageCheck = StorageCheck()
+    storage: StorageCheck
     """Write and read back on tier 1, RBD and CephFS; S3 round trip on MinIO."""
-    scheduling: Check = Check()
+    scheduling: Check
     """A small gang job through each team's LocalQueue."""
-    monitoring: MonitoringCheck = MonitoringCheck()
+    monitoring: MonitoringCheck
     """Fresh data in Zabbix from every inventory host."""
-    drift: DriftProbe = DriftProbe()
+    drift: DriftProbe
     """The per-node fingerprint DaemonSet."""

@@ -130,7 +130,7 @@ class UpgradePool(Model):
     within what the PodDisruptionBudgets and the spare capacity allow."""
     window: Optional[UpgradeWindow] = None
     """When the pool's upgrade Jobs may start; unset: at any time."""
-    drain: UpgradeDrain = UpgradeDrain()
+    drain: UpgradeDrain
     """How the pool's nodes are drained."""
 
 
@@ -157,9 +157,9 @@ class ClusterUpgrade(Model):
     time, cordoned) and one per agent pool (GPU nodes, Ceph storage hosts, the other CPU nodes), each
     drained with its own concurrency, window and drain settings (docs/upgrades.md)."""
 
-    gpu: UpgradePool = UpgradePool()
+    gpu: UpgradePool
     """The GPU nodes' Plan (default: one at a time)."""
-    storage: StorageUpgradePool = StorageUpgradePool()
+    storage: StorageUpgradePool
     """The Ceph storage (OSD) hosts' Plan: one at a time."""
     cpu: UpgradePool = UpgradePool(concurrency=2)
     """The other CPU agents' Plan (default: two at a time)."""
@@ -228,9 +228,9 @@ class ClusterSettings(Model):
     installs (`INSTALL_RKE2_VERSION`) unless `deployedRke2Version` is set. Bumping it upgrades running nodes through
     the system-upgrade-controller, servers first, when `deployedRke2Version` names the release they run
     (docs/upgrades.md)."""
-    install: Rke2Install = Rke2Install()
+    install: Rke2Install
     """Where RKE2 is installed from."""
-    upgrade: ClusterUpgrade = ClusterUpgrade()
+    upgrade: ClusterUpgrade
     """How a `rke2Version` bump rolls over the running nodes."""
     api_endpoint: Host
     """The fixed API and registration address: a virtual IP (with `virtualIp`) or a load balancer or DNS name the site
@@ -260,7 +260,7 @@ class ClusterSettings(Model):
     oidc: Optional[Oidc] = None
     """The site's OIDC identity provider, trusted by the API server: teams log in as themselves (docs/teams.md). Unset:
     each team's CI credential comes from its own stack of the `teams/` program."""
-    etcd_snapshots: EtcdSnapshots = EtcdSnapshots()
+    etcd_snapshots: EtcdSnapshots
     """RKE2's scheduled etcd snapshots."""
     drain_timeout_seconds: int = Field(default=900, ge=30, le=86400)
     """How long a removed node's drain may take before the `up` fails."""

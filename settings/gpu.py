@@ -37,9 +37,9 @@ class Tier1Settings(Model):
 class GpuSettings(Model):
     namespace: Name = "gpu-operator"
     """Namespace of the GPU Operator."""
-    driver: GpuDriver = GpuDriver()
+    driver: GpuDriver
     """Where the NVIDIA driver comes from."""
-    time_slicing: TimeSlicing = TimeSlicing()
+    time_slicing: TimeSlicing
     """GPU time-slicing (shared GPUs)."""
-    tier1: Tier1Settings = Tier1Settings()
+    tier1: Tier1Settings
     """Tier 1: local NVMe scratch on the GPU nodes."""

@@ -129,17 +129,17 @@ class MonitoringSettings(Model):
     """Namespace of Zabbix and kube-state-metrics."""
     image_tag: Version = "ubuntu-7.0.16"
     """Tag of the zabbix/* images (server, web, agent2): the chart's zabbixImageTag."""
-    web: WebSettings = WebSettings()
+    web: WebSettings
     """Web UI / API exposure."""
     server_node_port: int = Field(default=31051, ge=30000, le=32767)
     """NodePort of the server's trapper port (10051), for the NAS hosts' active agents."""
-    database: DatabaseSettings = DatabaseSettings()
+    database: DatabaseSettings
     """The bundled PostgreSQL."""
-    nas_agent: NasAgentSettings = NasAgentSettings()
+    nas_agent: NasAgentSettings
     """agent2 on the NAS hosts."""
     api_user: Name = "ml-platform-api"
     """Zabbix user this program works as (token auth)."""
-    thresholds: Thresholds = Thresholds()
+    thresholds: Thresholds
     """Trigger thresholds."""
-    alerting: AlertingSettings = AlertingSettings()
+    alerting: AlertingSettings
     """Alert channels."""

@@ -63,7 +63,7 @@ class InfinibandSettings(Model):
     hack/release.yaml)."""
     rdma_resource_name: Annotated[str, AfterValidator(_rdma_resource)] = "rdma/ib"
     """The extended resource GPU pods request for RDMA, `<prefix>/<name>`."""
-    ipoib_network: IpoibNetwork = IpoibNetwork()
+    ipoib_network: IpoibNetwork
     """An optional secondary IPoIB network for pods."""
 
 
@@ -78,5 +78,5 @@ class NetworkSettings(Model):
     """Service network (RKE2 `service-cidr`)."""
     kube_proxy_replacement: bool = True
     """With Cilium: RKE2 `disable-kube-proxy` and Cilium's kube-proxy replacement; ignored with Calico."""
-    infiniband: InfinibandSettings = InfinibandSettings()
+    infiniband: InfinibandSettings
     """The GPU nodes' InfiniBand fabric."""

@@ -52,25 +52,25 @@ class SettingsError(pulumi.RunError):
 class Settings(Model):
     cluster: ClusterSettings
     """RKE2 and the API endpoint."""
-    ssh: SshSettings = SshSettings()
+    ssh: SshSettings
     """How every node and NAS host is reached."""
     nodes: list[NodeSettings] = Field(min_length=1)
     """The cluster's machines, one entry per node."""
-    nas: NasSettings = NasSettings()
+    nas: NasSettings
     """The NAS hosts outside the cluster (tier 3)."""
-    network: NetworkSettings = NetworkSettings()
+    network: NetworkSettings
     """The CNI, pod and service ranges, and the InfiniBand fabric."""
-    gpu: GpuSettings = GpuSettings()
+    gpu: GpuSettings
     """The GPU Operator, time-slicing, and tier-1 local NVMe."""
-    storage: StorageSettings = StorageSettings()
+    storage: StorageSettings
     """Tier 2 (Ceph) and tier 3 (MinIO)."""
-    scheduling: SchedulingSettings = SchedulingSettings()
+    scheduling: SchedulingSettings
     """Kueue (quota, admission) and Volcano (gang placement)."""
-    monitoring: MonitoringSettings = MonitoringSettings()
+    monitoring: MonitoringSettings
     """Zabbix."""
-    charts: Charts = Charts()
+    charts: Charts
     """Every Helm chart at a pinned version, each repository overridable for a mirror."""
-    acceptance: AcceptanceSettings = AcceptanceSettings()
+    acceptance: AcceptanceSettings
     """The acceptance checks every `up` ends with, and the drift probe."""
 
     @property

@@ -160,11 +160,11 @@ class SchedulingSettings(Model):
     """the cohort every team's ClusterQueue joins (borrowing idle quota); null: no borrowing"""
     allow_overcommit: bool = False
     """allow nominal GPU quotas to add up to more than a flavor's schedulable GPUs"""
-    wait_for_pods_ready: WaitForPodsReady = WaitForPodsReady()
+    wait_for_pods_ready: WaitForPodsReady
     """eviction and requeue of admitted workloads whose pods never start"""
     priority_classes: list[PriorityClass] = []
     """WorkloadPriorityClasses jobs may name in `kueue.x-k8s.io/priority-class`"""
-    training_operators: TrainingOperators = TrainingOperators()
+    training_operators: TrainingOperators
     """optional operators for the distributed training job kinds"""
     teams: list[Team] = []
     """the teams sharing the cluster, one block each"""

@@ -24,7 +24,7 @@ class CephSettings(Model):
     deployed: bool = False
     """Set true once tier 2 holds data (after its first `pulumi up`). While true, settings refuse a configuration
     without storage hosts: that would uninstall the CephCluster (docs/runbook.md, 'Retire tier 2')."""
-    network: CephNetwork = CephNetwork()
+    network: CephNetwork
     """Ceph's network (see `provider`)."""
     mon_count: int = Field(default=3, ge=1, le=9)
     """MON daemons: odd, at least 3, at most the storage hosts (5 keep quorum through two host losses)."""
@@ -142,12 +142,12 @@ class MinioSettings(Model):
     """Object locking (governance mode) on both buckets, each object version kept at least this many days: a stolen
     backup key cannot destroy the history (the backup users get no delete at all). Only when a bucket is created:
     turning it on for an existing bucket is refused by the host-side provider."""
-    backup: CephfsBackup = CephfsBackup()
+    backup: CephfsBackup
     """The CephFS -> MinIO backup CronJob."""
 
 
 class StorageSettings(Model):
-    ceph: CephSettings = CephSettings()
+    ceph: CephSettings
     """Tier 2: Rook-Ceph on the storage hosts' disks."""
-    minio: MinioSettings = MinioSettings()
+    minio: MinioSettings
     """Tier 3: MinIO on the NAS hosts."""

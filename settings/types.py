@@ -13,6 +13,7 @@ from typing import Annotated, Any, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
 
 _UNPINNED = {"", "latest", "stable", "main", "master", "head", "edge", "nightly", "*"}
 
@@ -320,7 +321,9 @@ Rke2Version = Annotated[str, AfterValidator(_rke2_version)]
 
 class Model(BaseModel):
     """The base of every settings model. A field's description is the docstring under the field, one paragraph
-    wrapped to the line length; the settings reference and the JSON Schema show it as one line."""
+    wrapped to the line length; the settings reference and the JSON Schema show it as one line. A field typed by
+    a section whose keys all have defaults, and given no default of its own, defaults to that section's defaults
+    (`ssh: SshSettings` means `ssh: SshSettings = SshSettings()`): leaving the section out means the defaults."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -338,6 +341,19 @@ class Model(BaseModel):
         wrapped = [field for field in cls.model_fields.values() if "\n" in (field.description or "")]
         for field in wrapped:
             field.description = field.description.replace("\n", " ")
-        if wrapped:
+        sections = [field for field in cls.model_fields.values() if _section_default(field) is not None]
+        for field in sections:
+            field.default = _section_default(field)
+        if wrapped or sections:
             cls.model_rebuild(force=True)
         super().__pydantic_init_subclass__(**kwargs)
+
+
+def _section_default(field: FieldInfo) -> Optional[Model]:
+    """The default of a field without one whose type is a section that builds from its defaults alone."""
+    section = field.annotation
+    if not field.is_required() or not (isinstance(section, type) and issubclass(section, Model)):
+        return None
+    if any(f.is_required() for f in section.model_fields.values()):
+        return None
+    return section()

@@ -314,3 +314,26 @@ def test_duplicate_keys_misspelt_prefixes_and_type_errors_are_reported_together_
     )
     assert "write a whole number, without quotes" in err
     assert err.count("unknown project prefix") == 2
+
+
+def test_a_section_left_out_means_its_defaults_and_one_with_a_required_key_stays_required():
+    from settings.types import Model, Name
+
+    class Defaults(Model):
+        size: int = 3
+
+    class Required(Model):
+        name: Name
+
+    class Parent(Model):
+        optional: Defaults
+        """A section whose keys all have defaults."""
+        required: Required
+        """A section with a required key."""
+
+    assert Parent.model_fields["optional"].default == Defaults() and not Parent.model_fields["optional"].is_required()
+    assert Parent.model_fields["required"].is_required()
+    assert Parent.model_validate({"required": {"name": "a"}}).optional == Defaults(size=3)
+    assert Parent.model_json_schema()["properties"]["optional"]["default"] == {"size": 3}
+    # The shipped settings: every section of the root that can be left out is (ssh, network, ...), nodes cannot.
+    assert not Settings.model_fields["ssh"].is_required() and Settings.model_fields["nodes"].is_required()
