@@ -1,7 +1,8 @@
 """How a script runs on a host: the SSH connection, sudo, parameters, secrets and re-run rules.
 
 Every host step in this program goes through `host_script`, so the rules live in one place:
-- the script is a static file in `components/scripts/`, sent inline as `bash -c '<script>'`;
+- the script is a static file in `components/scripts/` (code several scripts share in `include/`), sent
+  inline as `bash -c '<script>'`;
 - parameters are `VAR=value` assignments in front of it, each quoted with `shlex.quote`
   (sshd's `AcceptEnv` usually refuses `environment=`);
 - secrets go on stdin, never on the command line, and commands whose output holds secrets do not log
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +31,8 @@ import pulumi_command as command
 from settings import Settings
 
 SCRIPTS = Path(__file__).parent / "scripts"
+INCLUDES = SCRIPTS / "include"
+_INCLUDE = re.compile(r"^# include (\S+)\n", re.M)
 
 # A single argv string is limited to 128 KiB on Linux (MAX_ARG_STRLEN); stay well below it.
 _MAX_COMMAND_BYTES = 100_000
@@ -85,7 +89,21 @@ def script_text(script: str) -> str:
     """The program that runs on the host: the shared helpers (`lib.sh`), then the script.
 
     Read once per process: every node's steps send the same files (1000 nodes: ~6000 reads otherwise)."""
-    return (SCRIPTS / "lib.sh").read_text() + "\n" + (SCRIPTS / script).read_text()
+    return (SCRIPTS / "lib.sh").read_text() + "\n" + expanded(script)
+
+
+def expanded(script: str) -> str:
+    """`components/scripts/<script>` with each `# include NAME` line replaced by the file
+    `components/scripts/include/NAME`: code that several scripts share, without making it part of every
+    script (as `lib.sh` is)."""
+
+    def include(match: re.Match[str]) -> str:
+        path = INCLUDES / match.group(1)
+        if not path.is_file():
+            raise FileNotFoundError(f"{script}: `# include {match.group(1)}`: no such file {path}")
+        return path.read_text()
+
+    return _INCLUDE.sub(include, (SCRIPTS / script).read_text())
 
 
 def invocation(script: str, params: Mapping[str, str], sudo: bool) -> str:

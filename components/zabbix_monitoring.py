@@ -22,6 +22,7 @@ about a minute; the agents buffer their data meanwhile.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -457,14 +458,13 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             string_data={"psk": psk},
             opts=in_ns,
         )
-        ksm = release(
+        # Both charts install into the Zabbix namespace of this cluster, as children of this component.
+        in_namespace = functools.partial(release, namespace=ns, provider=args.provider, parent=self)
+        ksm = in_namespace(
             f"{name}-kube-state-metrics",
             args.charts.kube_state_metrics,
             release_name=KSM_RELEASE,
-            namespace=ns,
             values=KSM_VALUES,
-            provider=args.provider,
-            parent=self,
             depends_on=[namespace],
         )
         web_tls = self._web_certificate(name, args, in_ns)
@@ -474,14 +474,11 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             data={"ml-platform.conf": (ZABBIX_FILES / "agent2-userparameters.conf").read_text()},
             opts=in_ns,
         )
-        chart = release(
+        chart = in_namespace(
             f"{name}-zabbix",
             args.charts.zabbix,
             release_name=RELEASE,
-            namespace=ns,
             values=chart_values(mon, args.block_storage_class),
-            provider=args.provider,
-            parent=self,
             depends_on=[namespace, db_secret, psk_secret, userparameters, ksm, *web_tls, *args.storage_ready],
         )
         # The server, web/API and agents (not the per-host API objects): what checks of monitoring wait for.

@@ -130,6 +130,8 @@ def test_outputs_table_matches_the_contract():
     documented = {name: (type_.strip(), secret == "yes") for name, type_, secret, _ in rows}
     declared = {spec.name: (spec.type, spec.secret) for spec in CONTRACT}
     assert documented == declared
+    # The table is the one place that says what each output means (consumers read it there).
+    assert not [name for name, _, _, meaning in rows if not meaning.strip()], "say what the output means"
 
 
 def github_anchor(heading: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from components.remote import SCRIPTS, invocation
+from components import remote
+from components.remote import INCLUDES, SCRIPTS, expanded, invocation
 
 SCRIPT_FILES = sorted(SCRIPTS.glob("*.sh"))
 
@@ -21,9 +23,31 @@ def _shellcheck() -> str:
     return found
 
 
-def test_shellcheck_reports_nothing():
-    result = subprocess.run([_shellcheck(), "-s", "bash", *map(str, SCRIPT_FILES)], capture_output=True, text=True)
+def test_shellcheck_reports_nothing(tmp_path):
+    # Each script as it is sent (its `# include` lines expanded), so the shared snippets are checked in place.
+    for path in SCRIPT_FILES:
+        (tmp_path / path.name).write_text(expanded(path.name))
+    files = [str(tmp_path / p.name) for p in SCRIPT_FILES]
+    result = subprocess.run([_shellcheck(), "-s", "bash", *files], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_includes_are_expanded_and_each_is_used():
+    used = {}
+    for path in SCRIPT_FILES:
+        for name in re.findall(r"^# include (\S+)$", path.read_text(), re.M):
+            used.setdefault(name, []).append(path.name)
+            sent = expanded(path.name)
+            assert (INCLUDES / name).read_text() in sent and f"# include {name}" not in sent, path.name
+    assert sorted(used) == sorted(p.name for p in INCLUDES.iterdir()), "an include file no script uses"
+    assert used["rke2-binary.sh"] == ["pre-upgrade.sh", "rke2-install.sh"]
+
+
+def test_an_unknown_include_names_the_script_and_the_file(tmp_path, monkeypatch):
+    (tmp_path / "x.sh").write_text("set -euo pipefail\n# include nowhere.sh\n")
+    monkeypatch.setattr(remote, "SCRIPTS", tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"x.sh: `# include nowhere.sh`: no such file .*include/nowhere.sh"):
+        remote.expanded("x.sh")
 
 
 @pytest.mark.parametrize("script", [p.name for p in SCRIPT_FILES if p.name != "lib.sh"])

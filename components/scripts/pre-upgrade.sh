@@ -12,13 +12,7 @@ set -euo pipefail
 
 HOST_ROOT=${HOST_ROOT:-}
 
-rke2_bin=""
-for bin in "$HOST_ROOT"{/usr/local/bin,/opt/rke2/bin,/usr/bin}/rke2; do
-  if [[ -x $bin ]]; then
-    rke2_bin=$bin
-    break
-  fi
-done
+# include rke2-binary.sh
 [[ -n $rke2_bin ]] || fail "RKE2 is not installed on this host: no etcd to snapshot"
 installed=$("$rke2_bin" --version | awk 'NR == 1 {print $3}')
 

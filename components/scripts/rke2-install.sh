@@ -59,13 +59,7 @@ await() {
   done
 }
 
-rke2_bin=""
-for bin in "$HOST_ROOT"{/usr/local/bin,/opt/rke2/bin,/usr/bin}/rke2; do
-  if [[ -x $bin ]]; then
-    rke2_bin=$bin
-    break
-  fi
-done
+# include rke2-binary.sh
 installed=""
 [[ -z $rke2_bin ]] || installed=$("$rke2_bin" --version | awk 'NR == 1 {print $3}')
 

@@ -8,6 +8,7 @@ import difflib
 import json
 import shlex
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -81,6 +82,10 @@ class Sides:
     after: dict[str, dict]
     old: dict[str, Any]
     new: dict[str, Any]
+
+    def pairs(self) -> Iterator[tuple[Entry, Optional[dict], Optional[dict]]]:
+        """Each changed entry with its resource before and after (None on the side where it does not exist)."""
+        return ((e, self.before.get(e.urn), self.after.get(e.urn)) for e in self.entries)
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,7 @@ from stacks.diff.core import DangerClass, Entry, Sides, command_env, command_scr
 
 
 def _drive_danger(sides: Sides) -> list[str]:
-    entries, before, after = sides.entries, sides.before, sides.after
-    return [line for e in entries for line in _nas_drive_danger(e, before.get(e.urn), after.get(e.urn))]
+    return [line for e, old, new in sides.pairs() for line in _nas_drive_danger(e, old, new)]
 
 
 def _nas_drive_danger(entry: Entry, old: Optional[dict], new: Optional[dict]) -> list[str]:
@@ -97,8 +96,7 @@ def pool_size(volumes: str) -> str:
 def _service_rename_danger(sides: Sides) -> list[str]:
     """minio-nas.sh's SERVICE or BINARY changed: refused on every host while the old unit runs."""
     lines = []
-    for e in sides.entries:
-        old, new = sides.before.get(e.urn), sides.after.get(e.urn)
+    for e, old, new in sides.pairs():
         if not old or not new or command_script(old["inputs"].get("create")) != "minio-nas.sh":
             continue
         was, now = command_env(old["inputs"]["create"]), command_env(new["inputs"]["create"])
@@ -115,18 +113,13 @@ def _service_rename_danger(sides: Sides) -> list[str]:
 
 def _object_lock_danger(sides: Sides) -> list[str]:
     """Object locking asked of a bucket that exists without it: S3 allows it only at creation."""
-    lines = []
-    for e in sides.entries:
-        old, new = sides.before.get(e.urn), sides.after.get(e.urn)
-        if not old or not new or e.action == "create" or "lockDays" not in new["inputs"]:
-            continue
-        if not old["inputs"].get("lockDays") and new["inputs"].get("lockDays"):
-            lines.append(
-                f"{e.name}: object locking asked of the existing bucket {new['inputs'].get('bucket')}: S3 turns it "
-                "on only when a bucket is created, so the up stops at this bucket; use a new bucket name "
-                "(docs/minio-tier.md, 'Object locking')"
-            )
-    return lines
+    return [
+        f"{e.name}: object locking asked of the existing bucket {new['inputs'].get('bucket')}: S3 turns it "
+        "on only when a bucket is created, so the up stops at this bucket; use a new bucket name "
+        "(docs/minio-tier.md, 'Object locking')"
+        for e, old, new in sides.pairs()
+        if old and new and e.action != "create" and not old["inputs"].get("lockDays") and new["inputs"].get("lockDays")
+    ]
 
 
 def _backup_stop_danger(sides: Sides) -> list[str]:

@@ -24,10 +24,9 @@ STATEFUL_CHARTS = {
 
 
 def _release_danger(sides: Sides) -> list[str]:
-    entries, before, after = sides.entries, sides.before, sides.after
     out = []
-    for entry in entries:
-        resource = before.get(entry.urn) or after.get(entry.urn)
+    for entry, old, new in sides.pairs():
+        resource = old or new
         if resource is None or entry.action in ("create", "update"):
             continue
         if entry.type == RELEASE:
@@ -42,21 +41,15 @@ def _release_danger(sides: Sides) -> list[str]:
 
 
 def _namespace_danger(sides: Sides) -> list[str]:
-    """A namespace that would really be deleted (not kept by retainOnDelete): Kubernetes deletes everything in it."""
-    out = []
-    for entry in sides.entries:
-        old = sides.before.get(entry.urn)
-        if entry.type != NAMESPACE or old is None or entry.action in ("create", "update"):
-            continue
-        if entry.options.get("retainOnDelete"):
-            continue  # dropped from the state only; the namespace and its contents stay
-        name = old["inputs"].get("metadata", {}).get("name", "?")
-        out.append(
-            f"{entry.name}: namespace {name} would be {_verb(entry)}: Kubernetes deletes every object in it: running "
-            "jobs and their pods, PersistentVolumeClaims (their data too where the class reclaims with Delete), "
-            "Secrets, queues. Copy what must stay first (docs/runbook.md §9 for tier-2 data)"
-        )
-    return out
+    """A namespace that would really be deleted: Kubernetes deletes everything in it. One kept by
+    retainOnDelete is dropped from the state only; the namespace and its contents stay."""
+    return [
+        f"{e.name}: namespace {old['inputs'].get('metadata', {}).get('name', '?')} would be {_verb(e)}: Kubernetes "
+        "deletes every object in it: running jobs and their pods, PersistentVolumeClaims (their data too where the "
+        "class reclaims with Delete), Secrets, queues. Copy what must stay first (docs/runbook.md §9 for tier-2 data)"
+        for e, old, _ in sides.pairs()
+        if e.type == NAMESPACE and old and e.action not in ("create", "update") and not e.options.get("retainOnDelete")
+    ]
 
 
 def _team_danger(sides: Sides) -> list[str]:
