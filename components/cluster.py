@@ -54,7 +54,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from components.remote import SCRIPTS, HostAccess, fingerprint, host_script
+from components.remote import HostAccess, expanded, fingerprint, host_script
 from settings import ClusterSettings, NetworkSettings, NodeSettings
 from settings.cluster import Oidc
 
@@ -309,7 +309,7 @@ def parse_ca_hash(stdout: str) -> str:
 @functools.cache
 def certificate_dates_script() -> str:
     """What the certificate timer runs on each node (standalone: the shared helpers are not prepended)."""
-    return (SCRIPTS / "rke2-certificate-dates.sh").read_text()
+    return expanded("rke2-certificate-dates.sh")
 
 
 def prepare_params(node: NodeSettings, cluster: ClusterSettings, network: NetworkSettings) -> dict[str, str]:
