@@ -34,7 +34,7 @@ from components.common import InCluster
 from components.minio_objects import Bucket, User, bucket_policy, prefix_policy
 from components.remote import HostAccess, host_script
 from settings import CephSettings, EtcdSnapshots, MinioSettings, NasHost, NasSettings
-from settings.erasure import ErasureLayout, host_range
+from settings.erasure import ErasureLayout, erasure_layout, host_range
 
 ETCD_S3_SECRET = "rke2-etcd-s3"
 CA_VALIDITY_HOURS = 10 * 8760
@@ -91,7 +91,6 @@ def restore_credentials(readers: Mapping[str, str], secret_keys: Sequence[str]) 
 class MinioTierArgs:
     minio: MinioSettings
     nas: NasSettings
-    layout: Optional[ErasureLayout]
     hosts: Mapping[str, HostAccess]
     etcd: EtcdSnapshots
     cluster_name: str
@@ -183,7 +182,7 @@ class MinioTier(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: MinioTierArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("mlplatform:storage:MinioTier", name, None, opts)
-        layout = args.layout
+        layout = erasure_layout(args.minio, args.nas)
         self.read_tolerance_hosts = layout.read_tolerance_hosts if layout else 0
         self.write_tolerance_hosts = layout.write_tolerance_hosts if layout else 0
         self.usable_fraction = round(layout.usable_fraction, 4) if layout else 0.0

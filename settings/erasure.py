@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from settings.nodes import NasSettings
+    from settings.storage import MinioSettings
 
 
 def default_set_size(hosts: int, drives_per_host: int) -> int:
@@ -99,3 +104,13 @@ def host_range(addresses: list[str]) -> str:
     if len(prefixes) != 1 or lasts != list(range(lasts[0], lasts[0] + len(lasts))):
         return ""
     return f"{prefixes.pop()}.{{{lasts[0]}...{lasts[-1]}}}"
+
+
+def erasure_layout(minio: MinioSettings, nas: NasSettings) -> Optional[ErasureLayout]:
+    """The erasure layout `storage.minio` asks for on the NAS hosts; None without NAS hosts (no tier 3).
+    Valid only when the settings rules found no problem with it."""
+    if not nas.hosts:
+        return None
+    hosts, drives = len(nas.hosts), len(nas.hosts[0].drives)
+    size = minio.erasure_set_drives or default_set_size(hosts, drives)
+    return ErasureLayout(hosts, drives, size, minio.parity or default_parity(size))

@@ -42,7 +42,6 @@ from settings import (
     settings_warnings,
 )
 from settings.config_file import STACK_FILE_ENV, namespace_problems
-from settings.rules import minio_layout
 from stacks import outputs
 
 
@@ -225,7 +224,6 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
         MinioTierArgs(
             minio=settings.storage.minio,
             nas=settings.nas,
-            layout=minio_layout(settings) if settings.nas.hosts else None,
             hosts=hosts,
             etcd=settings.cluster.etcd_snapshots,
             cluster_name=settings.cluster.name,

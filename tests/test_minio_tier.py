@@ -30,8 +30,7 @@ from components.minio_backup import backup_command, backup_environment
 from components.minio_tier import drives_param, env_file, nas_params, stdin_text
 from components.remote import script_text
 from settings import load
-from settings.erasure import ErasureLayout, default_parity, default_set_size, host_range
-from settings.rules import minio_layout
+from settings.erasure import ErasureLayout, default_parity, default_set_size, erasure_layout, host_range
 from stacks.engine import SECRET
 from tests.conftest import ROOT, evaluate, problems, run_plan, stack_doc
 from tests.disk_stubs import DISK_STUBS, install
@@ -71,7 +70,8 @@ def test_no_parity_gives_two_host_writes_on_four_hosts():
 
 
 def test_prod_layout_is_three_sets_of_sixteen_at_ec8():
-    layout = minio_layout(load(stack_doc("prod")))
+    prod = load(stack_doc("prod"))
+    layout = erasure_layout(prod.storage.minio, prod.nas)
     assert (layout.sets, layout.set_size, layout.parity) == (3, 16, 8)
 
 
@@ -183,7 +183,7 @@ def test_one_nas_step_per_nas_host_with_the_same_env_file(prod_plan):
     steps = [r for r in prod_plan.by_type("command:remote:Command") if r["name"].endswith("-minio")]
     assert sorted(s["name"] for s in steps) == ["nas-01-minio", "nas-02-minio", "nas-03-minio", "nas-04-minio"]
     settings = load(stack_doc("prod"))
-    expected = env_file(settings.storage.minio, settings.nas, minio_layout(settings))
+    expected = env_file(settings.storage.minio, settings.nas, erasure_layout(settings.storage.minio, settings.nas))
     assert expected.splitlines() == [
         'MINIO_VOLUMES="https://10.20.3.{11...14}:9000/mnt/minio/drive{1...12}/data"',
         'MINIO_OPTS="--address :9000 --console-address :9001 --certs-dir /etc/minio/certs"',

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from settings.rules import ceph, cluster, hosts, minio, monitoring, network, scheduling
 from settings.rules.base import EVERY_AREA, Rule
 from settings.rules.cluster import rke2_release
-from settings.rules.minio import minio_layout
 from settings.rules.scheduling import flavor_capacity, platform_namespaces
 
 if TYPE_CHECKING:
@@ -36,7 +35,6 @@ __all__ = [
     "Rule",
     "cross_field_problems",
     "flavor_capacity",
-    "minio_layout",
     "platform_namespaces",
     "rke2_release",
     "settings_warnings",

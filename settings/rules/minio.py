@@ -22,13 +22,6 @@ NO_COMMUNITY_BINARIES = (
 )
 
 
-def minio_layout(s: Settings) -> ErasureLayout:
-    """The erasure layout the settings ask for (valid only when `_erasure_problems` found nothing)."""
-    hosts, drives = len(s.nas.hosts), len(s.nas.hosts[0].drives)
-    size = s.storage.minio.erasure_set_drives or default_set_size(hosts, drives)
-    return ErasureLayout(hosts, drives, size, s.storage.minio.parity or default_parity(size))
-
-
 def _nas_problems(s: Settings, add) -> None:
     if s.nas.hosts and s.storage.minio.artifact is None:
         add(
