@@ -28,3 +28,12 @@ def rendered(stack: str, cis: bool = False) -> tuple[render.Rendered, ...]:
 
 def release(stack: str, resource: str, cis: bool = False) -> render.Rendered:
     return next(r for r in rendered(stack, cis) if r.release.resource == resource)
+
+
+def agent_host_mounts(stack: str = "prod") -> dict[str, str]:
+    """The Zabbix agent DaemonSet's host mounts as the chart renders them: mountPath -> host path."""
+    (agent,) = release(stack, "monitoring-zabbix").of_kind("DaemonSet")
+    pod = agent["spec"]["template"]["spec"]
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    return {m["mountPath"]: host_paths[m["name"]] for c in pod["containers"] for m in c["volumeMounts"]
+            if m["name"] in host_paths}  # fmt: skip

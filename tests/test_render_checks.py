@@ -5,6 +5,7 @@ override, GPU taint tolerations, probes, resource requests and the HA claims of 
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 from typing import Any
 
@@ -14,11 +15,12 @@ import pytest
 import yaml
 
 from components.namespaces import RKE2_CIS_EXEMPT
+from components.zabbix_monitoring import ZABBIX_FILES, template_sources
 from settings import load
 from stacks import reference, render, rollouts
 from tests import podsecurity
 from tests.conftest import ROOT, evaluate, stack_doc
-from tests.rendering import VARIANT_IDS, VARIANTS, plan, release, rendered
+from tests.rendering import VARIANT_IDS, VARIANTS, agent_host_mounts, plan, release, rendered
 
 GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
 variants = pytest.mark.parametrize(("stack", "cis"), VARIANTS, ids=VARIANT_IDS)
@@ -202,6 +204,30 @@ def test_pod_security_checks_refuse_what_the_standard_refuses():
     assert podsecurity.violations("baseline", loose, {}) == []
     refused = podsecurity.violations("restricted", loose, {})
     assert "privilege_escalation: container manager: allowPrivilegeEscalation not false" in refused
+
+
+def test_every_host_path_the_agent_reads_is_mounted_from_the_host_as_the_templates_assume():
+    """Each path under /hostfs in the templates' macros and the user parameters resolves, through the
+    rendered agent DaemonSet's volume mounts, to the host path the platform puts there."""
+    mounts = agent_host_mounts("prod")
+
+    def on_host(path: str) -> str:
+        mount = max((m for m in mounts if path == m or path.startswith(m.rstrip("/") + "/")), key=len, default=None)
+        assert mount is not None, f"{path}: no host mount of the agent covers it ({sorted(mounts)})"
+        return (mounts[mount].rstrip("/") + path[len(mount) :]) or "/"
+
+    read = {}
+    for _, text in template_sources().values():
+        for template in yaml.safe_load(text)["zabbix_export"]["templates"]:
+            macros = {m["macro"]: m.get("value", "") for m in template.get("macros", [])}
+            read.update({k: v for k, v in macros.items() if v.startswith("/hostfs")})
+    params = (ZABBIX_FILES / "agent2-userparameters.conf").read_text()
+    read.update({f"user parameter {i}": p for i, p in enumerate(re.findall(r"(/hostfs/[\w./-]+)", params))})
+    assert {k: on_host(v) for k, v in read.items()} == {
+        "{$IB.SYSFS}": "/sys/class/infiniband",
+        "{$RKE2.CERTS.FILE}": "/var/lib/ml-platform/rke2-certificates.json",  # rke2-certificate-dates.sh's output
+        "user parameter 0": "/sys/class/infiniband",
+    }
 
 
 # --- images -------------------------------------------------------------------------------------------------

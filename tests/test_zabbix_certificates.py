@@ -15,6 +15,7 @@ import pytest
 
 from components.zabbix_api import DEFAULT_ADMIN, DEFAULT_PASSWORD, login
 from tests.conftest import stack_doc
+from tests.rendering import agent_host_mounts
 from tests.test_rke2_certificate_dates import certificate, dates
 from tests.test_zabbix_agent2 import daemonset_agent, host_with_template, node_names, server_names
 from tests.test_zabbix_https import _openssl, make_ca
@@ -114,16 +115,18 @@ def test_rke2_certificate_files_alert_through_the_root_timers_dates(prod_plan, t
     psk = secrets.token_hex(32)
     config, run = daemonset_agent(prod_plan, node, psk)
     kubelet = "/var/lib/rancher/rke2/agent/client-kubelet.crt"
+    # Where the chart mounts the host's / in the agent's container (hostRootFsMount), rendered by Helm.
+    (mount,) = [path for path, on_host in agent_host_mounts("prod").items() if on_host == "/"]
     with zabbix70("agent2-rke2-certs", with_server=True) as z:
         api = login(z.url, DEFAULT_ADMIN, DEFAULT_PASSWORD)
         hostid = host_with_template(api, node, psk, "rke2-certificates", {"{$RKE2.CERTS.INTERVAL}": "5s"})
         # What the agent gets when it reads a certificate file itself.
-        api.item.create(hostid=hostid, name="direct read", key_=f"vfs.file.contents[/hostfs{kubelet}]", type=7,
+        api.item.create(hostid=hostid, name="direct read", key_=f"vfs.file.contents[{mount}{kubelet}]", type=7,
                         value_type=4, delay="5s")  # fmt: skip
         forwards = {("127.0.0.1", 10051): ("127.0.0.1", z.server_port)}
         hosts = {name: "127.0.0.1" for name in server_names(config)}
         with run_agent2(config, run["files"], groups=run["groups"], hosts=hosts, forwards=forwards) as agent:
-            host_root = agent.root / "hostfs"
+            host_root = agent.root / mount.lstrip("/")
             certificate(host_root / kubelet.lstrip("/"), 5, "system:node")
             certificate(host_root / "var/lib/rancher/rke2/server/tls/client-admin.crt", 300, "system:admin")
             (host_root / "var/lib/rancher/rke2/agent/broken.crt").write_text("not a certificate\n")
@@ -139,7 +142,7 @@ def test_rke2_certificate_files_alert_through_the_root_timers_dates(prod_plan, t
             expiring = f"RKE2 certificate {kubelet} expires"
             _wait(lambda: _value(api, hostid, expiring) == PROBLEM, 180, explain)
             assert _value(api, hostid, "RKE2 certificate /var/lib/rancher/rke2/server/tls/client-admin.crt") == OK
-            direct = item(f"vfs.file.contents[/hostfs{kubelet}]")
+            direct = item(f"vfs.file.contents[{mount}{kubelet}]")
             assert direct["state"] == "1" and "permission denied" in direct["error"], direct
             broken = "ml.rke2.cert.not_after[/var/lib/rancher/rke2/agent/broken.crt]"
             _wait(lambda: item(broken).get("state") == "1", 60, lambda: item(broken))
