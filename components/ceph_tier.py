@@ -31,9 +31,9 @@ from typing import Any, Optional
 import pulumi
 
 from components.cluster import GPU_TAINT
-from components.common import HostSteps, InCluster
+from components.common import Wiring
 from components.helm import release
-from settings import CephSettings, Charts, NodeSettings
+from settings import CephSettings, NodeSettings
 
 STORAGE_LABEL = "ml-platform.io/ceph-storage"  # set by ClusterBootstrap on every node with osdDevices
 OPERATOR_RELEASE = "rook-ceph"
@@ -61,10 +61,8 @@ DATA_DIR = "/var/lib/rook"
 @dataclass(frozen=True)
 class CephTierArgs:
     ceph: CephSettings
-    charts: Charts
     storage_hosts: list[NodeSettings]
-    host_steps: HostSteps
-    in_cluster: InCluster
+    wiring: Wiring
 
 
 class CephTier(pulumi.ComponentResource):
@@ -76,8 +74,7 @@ class CephTier(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: CephTierArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("mlplatform:storage:CephTier", name, None, opts)
-        ceph = args.ceph
-        hosts = args.storage_hosts
+        ceph, hosts, wiring = args.ceph, args.storage_hosts, args.wiring
         self.fault_tolerance = fault_tolerance(len(hosts), ceph.mon_count)
         self.disk_steps = {}
         if not hosts:
@@ -93,33 +90,33 @@ class CephTier(pulumi.ComponentResource):
 
         # Host half: per storage host, in parallel, right after its preparation.
         for node in hosts:
-            self.disk_steps[node.name] = args.host_steps.script(
+            self.disk_steps[node.name] = wiring.host_steps.script(
                 f"{node.name}-ceph-disks", node.name, "ceph-osd-devices.sh", disk_params(node), parent=self
             )
 
         # Cluster half: the namespace, the operator (CRDs, ceph-csi-operator), the CSI drivers, then the
         # cluster once the disks are checked.
-        namespace = args.in_cluster.namespace(
+        namespace = wiring.in_cluster.namespace(
             f"{name}-namespace", ceph.namespace, "privileged", NAMESPACE_REASON, parent=self
         )
         operator = release(
             f"{name}-operator",
-            args.charts.rook_ceph,
+            wiring.charts.rook_ceph,
             release_name=OPERATOR_RELEASE,
             namespace=ceph.namespace,
             values=operator_values(),
-            provider=args.in_cluster.provider,
+            provider=wiring.in_cluster.provider,
             parent=self,
-            depends_on=[*args.in_cluster.ready, namespace],
+            depends_on=[*wiring.in_cluster.ready, namespace],
             opts=PROTECTED,
         )
         drivers = release(
             f"{name}-csi-drivers",
-            args.charts.ceph_csi_drivers,
+            wiring.charts.ceph_csi_drivers,
             release_name=CSI_DRIVERS_RELEASE,
             namespace=ceph.namespace,
             values=csi_drivers_values(ceph.namespace),
-            provider=args.in_cluster.provider,
+            provider=wiring.in_cluster.provider,
             parent=self,
             # The Driver CRD comes with the operator's ceph-csi-operator subchart.
             depends_on=[operator, namespace],
@@ -128,11 +125,11 @@ class CephTier(pulumi.ComponentResource):
         # The release that creates the tier-2 StorageClasses: what claims on them wait for.
         self.storage_class_release = release(
             f"{name}-cluster",
-            args.charts.rook_ceph_cluster,
+            wiring.charts.rook_ceph_cluster,
             release_name=CLUSTER_RELEASE,
             namespace=ceph.namespace,
             values=cluster_values(ceph, hosts),
-            provider=args.in_cluster.provider,
+            provider=wiring.in_cluster.provider,
             parent=self,
             depends_on=[operator, drivers, namespace, *self.disk_steps.values()],
             # MONs, MGRs and the OSD prepare jobs come up before the chart's toolbox is Ready.

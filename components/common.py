@@ -1,10 +1,12 @@
-"""What the components' args share: where their host steps run and where their Kubernetes objects go.
+"""What the components' args share: the chart pins, where their host steps run and where their Kubernetes
+objects go.
 
-stacks/platform.py builds each once and hands the same object to every component that needs it.
+stacks/platform.py builds these once, bundles them as a `Wiring` and hands it to every component that needs it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -14,6 +16,7 @@ import pulumi_kubernetes as k8s
 
 from components.namespaces import Level, platform_namespace
 from components.remote import HostAccess, host_script
+from settings import Charts
 
 
 @dataclass(frozen=True)
@@ -54,3 +57,18 @@ class InCluster:
         return platform_namespace(
             resource_name, name, level, reason, provider=self.provider, parent=parent, depends_on=self.ready
         )
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """What the composition root hands a component besides its slice of the settings: the pinned charts its
+    releases install, each host's SSH access and preparation step, and the cluster its objects go to."""
+
+    charts: Charts
+    host_steps: HostSteps
+    in_cluster: InCluster
+
+    def waiting_for(self, ready: Sequence[pulumi.Resource]) -> Wiring:
+        """The same wiring, with the Kubernetes objects also waiting for `ready`."""
+        in_cluster = InCluster(self.in_cluster.provider, [*self.in_cluster.ready, *ready])
+        return dataclasses.replace(self, in_cluster=in_cluster)

@@ -38,9 +38,9 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.cluster import GPU_TAINT, ROLE_LABEL
-from components.common import HostSteps, InCluster
+from components.common import Wiring
 from components.helm import release
-from settings import Charts, GpuSettings, NodeSettings, NvmeDevice, Tier1Settings
+from settings import GpuSettings, NodeSettings, NvmeDevice, Tier1Settings
 
 # RKE2's embedded containerd (docs.rke2.io: CLI tools; advanced: configuring containerd).
 RKE2_CONTAINERD_SOCKET = "/run/k3s/containerd/containerd.sock"
@@ -78,10 +78,8 @@ GPU_NODE_SELECTOR = {ROLE_LABEL: "gpu"}
 @dataclass(frozen=True)
 class GpuPoolArgs:
     gpu: GpuSettings
-    charts: Charts
     gpu_nodes: list[NodeSettings]
-    host_steps: HostSteps
-    in_cluster: InCluster
+    wiring: Wiring
     # Deploy the chart's own Node Feature Discovery. False when another NFD in the cluster (e.g. the
     # Network Operator's) already labels the nodes' PCI devices: two NFD masters fight over labels.
     deploy_nfd: bool = True
@@ -106,20 +104,21 @@ class GpuPool(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GpuPoolArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("mlplatform:gpu:GpuPool", name, None, opts)
+        wiring = args.wiring
         gpu, tier1 = args.gpu, args.gpu.tier1
         self.gpu_nodes = [n.name for n in args.gpu_nodes]
         self.gpu_total, self.gpu_schedulable = gpu_counts(args.gpu_nodes, gpu)
         self.storage_classes = {"tier1": tier1.storage_class_name}
 
         self.nvme = {
-            node.name: args.host_steps.script(
+            node.name: wiring.host_steps.script(
                 f"{node.name}-nvme", node.name, "nvme-tier1.sh", nvme_params(node, tier1), parent=self
             )
             for node in args.gpu_nodes
             if node.nvme
         }
 
-        k8s_opts = args.in_cluster.options(parent=self)
+        k8s_opts = wiring.in_cluster.options(parent=self)
         # One Namespace when both settings name the same one.
         namespaces: dict[str, k8s.core.v1.Namespace] = {}
         for role, namespace, reason in (
@@ -127,29 +126,29 @@ class GpuPool(pulumi.ComponentResource):
             ("tier1", tier1.namespace, TIER1_NAMESPACE_REASON),
         ):
             if namespace not in namespaces:
-                namespaces[namespace] = args.in_cluster.namespace(
+                namespaces[namespace] = wiring.in_cluster.namespace(
                     f"{name}-{role}-namespace", namespace, "privileged", reason, parent=self
                 )
 
         self.operator = release(
             f"{name}-operator",
-            args.charts.gpu_operator,
+            wiring.charts.gpu_operator,
             release_name="gpu-operator",
             namespace=gpu.namespace,
             values=gpu_operator_values(gpu, deploy_nfd=args.deploy_nfd),
-            provider=args.in_cluster.provider,
+            provider=wiring.in_cluster.provider,
             parent=self,
-            depends_on=[*args.in_cluster.ready, namespaces[gpu.namespace]],
+            depends_on=[*wiring.in_cluster.ready, namespaces[gpu.namespace]],
         )
         self.provisioner = release(
             f"{name}-tier1-provisioner",
-            args.charts.local_static_provisioner,
+            wiring.charts.local_static_provisioner,
             release_name="local-static-provisioner",
             namespace=tier1.namespace,
             values=provisioner_values(tier1),
-            provider=args.in_cluster.provider,
+            provider=wiring.in_cluster.provider,
             parent=self,
-            depends_on=[*args.in_cluster.ready, namespaces[tier1.namespace]],
+            depends_on=[*wiring.in_cluster.ready, namespaces[tier1.namespace]],
         )
         # What runs on the GPU nodes' behalf cluster-wide: what checks of those nodes wait for.
         self.ready: list[pulumi.Resource] = [self.operator, self.provisioner]

@@ -34,7 +34,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.cluster import API_PORT, GPU_TAINT, ROLE_LABEL
-from components.common import HostSteps, InCluster
+from components.common import Wiring
 from components.helm import release
 from settings import Charts, ClusterSettings, InfinibandSettings, NetworkSettings, NodeSettings
 
@@ -66,10 +66,8 @@ TIGERA_NAMESPACE_REASON = (
 class NetworkFabricArgs:
     network: NetworkSettings
     cluster: ClusterSettings
-    charts: Charts
     gpu_nodes: list[NodeSettings]
-    host_steps: HostSteps
-    in_cluster: InCluster
+    wiring: Wiring
 
 
 class NetworkFabric(pulumi.ComponentResource):
@@ -86,24 +84,25 @@ class NetworkFabric(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: NetworkFabricArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("mlplatform:network:NetworkFabric", name, None, opts)
+        wiring = args.wiring
         network, ib = args.network, args.network.infiniband
         ipoib_enabled = ib.ipoib_network.enabled and bool(args.gpu_nodes)
 
         cni_chart, cni_release_name, cni_namespace, cni_values = (
-            (args.charts.cilium, "cilium", "kube-system", cilium_values(network, args.cluster, ipoib_enabled))
+            (wiring.charts.cilium, "cilium", "kube-system", cilium_values(network, args.cluster, ipoib_enabled))
             if network.cni == "cilium"
             else (
-                args.charts.tigera_operator,
+                wiring.charts.tigera_operator,
                 "tigera-operator",
                 "tigera-operator",
                 calico_values(network, args.cluster),
             )
         )
         # Cilium goes to kube-system (RKE2's own, exempt from the CIS profile's `restricted`).
-        cni_waits = list(args.in_cluster.ready)
+        cni_waits = list(wiring.in_cluster.ready)
         if network.cni == "calico":
             cni_waits.append(
-                args.in_cluster.namespace(
+                wiring.in_cluster.namespace(
                     f"{name}-cni-namespace", cni_namespace, "privileged", TIGERA_NAMESPACE_REASON, parent=self
                 )
             )
@@ -113,7 +112,7 @@ class NetworkFabric(pulumi.ComponentResource):
             release_name=cni_release_name,
             namespace=cni_namespace,
             values=cni_values,
-            provider=args.in_cluster.provider,
+            provider=wiring.in_cluster.provider,
             parent=self,
             depends_on=cni_waits,
             # Switching the CNI changes the release name and namespace: a replacement, which the
@@ -124,7 +123,7 @@ class NetworkFabric(pulumi.ComponentResource):
         self.cni = network.cni
 
         self.infiniband_hosts = {
-            node.name: args.host_steps.script(
+            node.name: wiring.host_steps.script(
                 f"{node.name}-infiniband",
                 node.name,
                 "infiniband-host.sh",
@@ -146,8 +145,9 @@ class NetworkFabric(pulumi.ComponentResource):
     def _network_operator(
         self, name: str, args: NetworkFabricArgs, cni_release: pulumi.Resource, ipoib_enabled: bool
     ) -> None:
+        wiring = args.wiring
         ib = args.network.infiniband
-        namespace = args.in_cluster.namespace(
+        namespace = wiring.in_cluster.namespace(
             f"{name}-network-operator-namespace",
             NETWORK_OPERATOR_NAMESPACE,
             "privileged",
@@ -156,27 +156,29 @@ class NetworkFabric(pulumi.ComponentResource):
         )
         operator = release(
             f"{name}-network-operator",
-            args.charts.network_operator,
+            wiring.charts.network_operator,
             release_name="network-operator",
             namespace=NETWORK_OPERATOR_NAMESPACE,
             values=network_operator_values(),
-            provider=args.in_cluster.provider,
+            provider=wiring.in_cluster.provider,
             parent=self,
-            depends_on=[*args.in_cluster.ready, cni_release, namespace],
+            depends_on=[*wiring.in_cluster.ready, cni_release, namespace],
         )
         policy = k8s.apiextensions.CustomResource(
             f"{name}-nic-cluster-policy",
             api_version="mellanox.com/v1alpha1",
             kind="NicClusterPolicy",
             metadata={"name": NIC_CLUSTER_POLICY_NAME},
-            spec=nic_cluster_policy_spec(ib, args.charts, args.gpu_nodes, ipoib_enabled),
-            opts=pulumi.ResourceOptions(parent=self, provider=args.in_cluster.provider, depends_on=[operator]),
+            spec=nic_cluster_policy_spec(ib, wiring.charts, args.gpu_nodes, ipoib_enabled),
+            opts=pulumi.ResourceOptions(parent=self, provider=wiring.in_cluster.provider, depends_on=[operator]),
         )
         if not ipoib_enabled:
             return
         # The IPPool CRD is not in the chart: the operator applies it only once it reconciles the policy's
         # nvIpam, so an IPPool created right after the policy can meet no CRD. Apply the pinned CRD first.
-        crd = ip_pool_crd(f"{name}-ippool-crd", args.in_cluster.provider, self, depends_on=list(args.in_cluster.ready))
+        crd = ip_pool_crd(
+            f"{name}-ippool-crd", wiring.in_cluster.provider, self, depends_on=list(wiring.in_cluster.ready)
+        )
         pool = k8s.apiextensions.CustomResource(
             f"{name}-ipoib-pool",
             api_version="nv-ipam.nvidia.com/v1alpha1",
@@ -184,7 +186,7 @@ class NetworkFabric(pulumi.ComponentResource):
             metadata={"name": ib.ipoib_network.name, "namespace": NETWORK_OPERATOR_NAMESPACE},
             spec=ip_pool_spec(ib),
             opts=pulumi.ResourceOptions(
-                parent=self, provider=args.in_cluster.provider, depends_on=[operator, policy, crd]
+                parent=self, provider=wiring.in_cluster.provider, depends_on=[operator, policy, crd]
             ),
         )
         k8s.apiextensions.CustomResource(
@@ -194,7 +196,7 @@ class NetworkFabric(pulumi.ComponentResource):
             metadata={"name": ib.ipoib_network.name},
             spec=ipoib_network_spec(ib, args.gpu_nodes),
             opts=pulumi.ResourceOptions(
-                parent=self, provider=args.in_cluster.provider, depends_on=[operator, policy, pool]
+                parent=self, provider=wiring.in_cluster.provider, depends_on=[operator, policy, pool]
             ),
         )
 

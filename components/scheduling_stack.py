@@ -41,10 +41,10 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.cluster import GPU_TAINT, ROLE_LABEL, node_labels
-from components.common import InCluster
+from components.common import Wiring
 from components.helm import release
 from components.namespaces import REASON_ANNOTATION, pod_security_labels
-from settings import Charts, NodeSettings, SchedulingSettings
+from settings import NodeSettings, SchedulingSettings
 from settings.cluster import Oidc
 from settings.nodes import TOPOLOGY_LABELS
 from settings.scheduling import CPU_FLAVOR, FlavorQuota, ResourceLimit, Team, TrainingOperators, gpu_flavor_name
@@ -154,14 +154,13 @@ OBJECT_QUOTA = {"services.loadbalancers": "0", "services.nodeports": "0", "persi
 @dataclass(frozen=True)
 class SchedulingStackArgs:
     scheduling: SchedulingSettings
-    charts: Charts
     nodes: Sequence[NodeSettings]
     # The site's identity provider: team RoleBindings name its (prefixed) groups and no CI
     # ServiceAccount exists. None: teams reach the cluster with their CI ServiceAccount's token.
     oidc: Optional[Oidc]
     # Extended resources Kueue does not account (e.g. `rdma/ib`: a shared device, not a quota).
     unaccounted_resources: Sequence[str]
-    in_cluster: InCluster
+    wiring: Wiring
 
 
 class SchedulingStack(pulumi.ComponentResource):
@@ -175,16 +174,17 @@ class SchedulingStack(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: SchedulingStackArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("mlplatform:scheduling:SchedulingStack", name, None, opts)
+        wiring = args.wiring
         sched = args.scheduling
         self._name, self._args = name, args
-        volcano_ns = args.in_cluster.namespace(
+        volcano_ns = wiring.in_cluster.namespace(
             f"{name}-volcano-namespace",
             sched.volcano_namespace,
             "baseline",
             "Volcano's containers add DAC_OVERRIDE (chart default_csc), which restricted refuses",
             parent=self,
         )
-        kueue_ns = args.in_cluster.namespace(
+        kueue_ns = wiring.in_cluster.namespace(
             f"{name}-kueue-namespace",
             sched.kueue_namespace,
             "restricted",
@@ -193,26 +193,26 @@ class SchedulingStack(pulumi.ComponentResource):
         )
         volcano = release(
             f"{name}-volcano",
-            args.charts.volcano,
+            wiring.charts.volcano,
             release_name="volcano",
             namespace=sched.volcano_namespace,
             values=volcano_values(),
-            provider=args.in_cluster.provider,
+            provider=wiring.in_cluster.provider,
             parent=self,
-            depends_on=[*args.in_cluster.ready, volcano_ns],
+            depends_on=[*wiring.in_cluster.ready, volcano_ns],
         )
         self._kueue = release(
             f"{name}-kueue",
-            args.charts.kueue,
+            wiring.charts.kueue,
             release_name="kueue",
             namespace=sched.kueue_namespace,
             values=kueue_values(sched, args.unaccounted_resources),
-            provider=args.in_cluster.provider,
+            provider=wiring.in_cluster.provider,
             parent=self,
-            depends_on=[*args.in_cluster.ready, kueue_ns],
+            depends_on=[*wiring.in_cluster.ready, kueue_ns],
         )
         self._crs = pulumi.ResourceOptions(
-            parent=self, provider=args.in_cluster.provider, depends_on=[self._kueue, volcano]
+            parent=self, provider=wiring.in_cluster.provider, depends_on=[self._kueue, volcano]
         )
         topology = kueue_topology(args.nodes)
         if topology is not None:
@@ -273,7 +273,8 @@ class SchedulingStack(pulumi.ComponentResource):
         team that keeps its namespaces keeps them (the aliases carry over the names they had when they
         were keyed by the team); the ClusterQueue, its LocalQueues and the team's policy are replaced."""
         args, prefix = self._args, f"{self._name}-team-{team.name}"
-        k8s_opts = args.in_cluster.options(parent=self)
+        in_cluster = args.wiring.in_cluster
+        k8s_opts = in_cluster.options(parent=self)
         cluster_queue = self._custom(
             "ClusterQueue",
             team.name,

@@ -28,10 +28,10 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.common import InCluster
+from components.common import Wiring
 from components.helm import release
 from components.namespaces import Level
-from settings import Chart, Charts
+from settings import Chart
 from settings.scheduling import TrainingOperators as TrainingOperatorsSettings
 
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
@@ -47,8 +47,7 @@ KUBERAY_NAMESPACE_REASON = "the KubeRay operator runs as non-root, seccomp Runti
 @dataclass(frozen=True)
 class TrainingOperatorsArgs:
     operators: TrainingOperatorsSettings
-    charts: Charts
-    in_cluster: InCluster
+    wiring: Wiring
 
 
 class TrainingOperators(pulumi.ComponentResource):
@@ -59,8 +58,8 @@ class TrainingOperators(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: TrainingOperatorsArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("mlplatform:scheduling:TrainingOperators", name, None, opts)
-        ops, charts = args.operators, args.charts
-        self._name, self._in_cluster = name, args.in_cluster
+        ops, charts = args.operators, args.wiring.charts
+        self._name, self._in_cluster = name, args.wiring.in_cluster
         self.installed = [op for op in ("jobset", "trainer", "kuberay") if getattr(ops, op)]
         jobset = None
         if ops.jobset:
@@ -85,7 +84,7 @@ class TrainingOperators(pulumi.ComponentResource):
                 kind="ClusterTrainingRuntime",
                 metadata={"name": TORCH_RUNTIME, "labels": {"trainer.kubeflow.org/framework": "torch"}},
                 spec=torch_runtime_spec(ops.trainer_runtime_image),
-                opts=pulumi.ResourceOptions(parent=self, provider=args.in_cluster.provider, depends_on=[trainer]),
+                opts=pulumi.ResourceOptions(parent=self, provider=self._in_cluster.provider, depends_on=[trainer]),
             )
         if ops.kuberay:
             self._operator(

@@ -23,7 +23,7 @@ about a minute; the agents buffer their data meanwhile.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -35,12 +35,13 @@ import yaml
 
 from components import pki
 from components import zabbix_objects as zbx
+from components.common import Wiring
 from components.helm import release
 from components.namespaces import platform_namespace
-from components.remote import HostAccess, host_script
+from components.remote import host_script
 from components.upgrades import NAMESPACE as UPGRADE_NAMESPACE
 from components.zabbix_dashboards import dashboard_references, overview_dashboard, teams_dashboard
-from settings import CephfsBackup, Charts, EtcdSnapshots, MonitoringSettings, NasHost, NodeSettings
+from settings import CephfsBackup, EtcdSnapshots, MonitoringSettings, NasHost, NodeSettings
 from settings.monitoring import HOST_GROUPS, SEVERITIES, Channel
 from settings.scheduling import Team
 from settings.storage import BACKUP_NAMESPACE  # where the backup Jobs write backup-status-<source>
@@ -82,16 +83,13 @@ class ZabbixSecrets:
 @dataclass(frozen=True)
 class ZabbixMonitoringArgs:
     monitoring: MonitoringSettings
-    charts: Charts
-    hosts: Mapping[str, HostAccess]
-    provider: k8s.Provider
-    cluster_ready: Sequence[pulumi.Resource]
     cluster_name: str
     api_endpoint: str
     nodes: Sequence[NodeSettings]
     nas_hosts: Sequence[NasHost]
     block_storage_class: Optional[str]
     ceph_namespace: Optional[str]
+    wiring: Wiring
     secrets: ZabbixSecrets = ZabbixSecrets()
     storage_ready: Sequence[pulumi.Resource] = ()  # what creates block_storage_class (the database claims it)
     backup: CephfsBackup = CephfsBackup()
@@ -426,17 +424,20 @@ class ZabbixMonitoring(pulumi.ComponentResource):
 
     # ------------------------------------------------------------------------------------------ cluster
     def _cluster_half(self, name: str, args: ZabbixMonitoringArgs, psk: pulumi.Output[str]) -> pulumi.Resource:
+        wiring = args.wiring
         mon = args.monitoring
         ns = mon.namespace
-        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.cluster_ready))
+        k8s_opts = pulumi.ResourceOptions(
+            parent=self, provider=wiring.in_cluster.provider, depends_on=list(wiring.in_cluster.ready)
+        )
         namespace = platform_namespace(
             f"{name}-namespace",
             ns,
             "privileged",
             "the Zabbix agent DaemonSet uses the host network and mounts the host's /proc, /sys and /",
-            provider=args.provider,
+            provider=wiring.in_cluster.provider,
             parent=self,
-            depends_on=list(args.cluster_ready),
+            depends_on=list(wiring.in_cluster.ready),
         )
         in_ns = pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=[namespace]))
         db_password = _password(f"{name}-db-password", pulumi.ResourceOptions(parent=self))
@@ -459,10 +460,10 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             opts=in_ns,
         )
         # Both charts install into the Zabbix namespace of this cluster, as children of this component.
-        in_namespace = functools.partial(release, namespace=ns, provider=args.provider, parent=self)
+        in_namespace = functools.partial(release, namespace=ns, provider=wiring.in_cluster.provider, parent=self)
         ksm = in_namespace(
             f"{name}-kube-state-metrics",
-            args.charts.kube_state_metrics,
+            wiring.charts.kube_state_metrics,
             release_name=KSM_RELEASE,
             values=KSM_VALUES,
             depends_on=[namespace],
@@ -476,7 +477,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         )
         chart = in_namespace(
             f"{name}-zabbix",
-            args.charts.zabbix,
+            wiring.charts.zabbix,
             release_name=RELEASE,
             values=chart_values(mon, args.block_storage_class),
             depends_on=[namespace, db_secret, psk_secret, userparameters, ksm, *web_tls, *args.storage_ready],
@@ -540,20 +541,22 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         pulumi-kubernetes creates a `service-account-token` Secret it waits for the controller to
         fill in its data (its Secret awaiter, up to 5 s; a slower controller fails that create, and
         the next `up` reads the token), so the host macro is never written empty."""
+        in_cluster = args.wiring.in_cluster
         token_secret = k8s.core.v1.Secret.get(
             f"{name}-api-token-read",
             f"{args.monitoring.namespace}/{TOKEN_SECRET}",
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[self._token_secret]),
+            opts=pulumi.ResourceOptions(parent=self, provider=in_cluster.provider, depends_on=[self._token_secret]),
         )
         return pulumi.Output.secret(token_secret.data.apply(_decoded_token))
 
     # -------------------------------------------------------------------------------------------- hosts
     def _nas_agents(self, name: str, args: ZabbixMonitoringArgs, psk: pulumi.Output[str]) -> None:
+        host_steps = args.wiring.host_steps
         agent = args.monitoring.nas_agent
         for host in args.nas_hosts:
             host_script(
                 f"{host.name}-zabbix-agent2",
-                args.hosts[host.name],
+                host_steps.hosts[host.name],
                 "zabbix-agent2-nas.sh",
                 {
                     "APT_REPOSITORY": agent.apt_repository,

@@ -21,7 +21,7 @@ import pulumi_random as random
 from components.acceptance import AcceptanceChecks, AcceptanceChecksArgs, S3Target, exercised_settings
 from components.ceph_tier import CephTier, CephTierArgs
 from components.cluster import ClusterBootstrap, ClusterBootstrapArgs
-from components.common import HostSteps, InCluster
+from components.common import HostSteps, InCluster, Wiring
 from components.gpu_pool import GpuPool, GpuPoolArgs
 from components.minio_tier import MinioTier, MinioTierArgs, etcd_s3_server_config
 from components.network_fabric import NetworkFabric, NetworkFabricArgs
@@ -162,19 +162,16 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             server_config=etcd_s3_server_config(settings.cluster.etcd_snapshots, settings.nas),
         ),
     )
-    host_steps = HostSteps(hosts, cluster.prepared)
+    wiring = Wiring(settings.charts, HostSteps(hosts, cluster.prepared), InCluster(cluster.provider, cluster.ready))
     network = NetworkFabric(
         "network",
         NetworkFabricArgs(
-            network=settings.network,
-            cluster=settings.cluster,
-            charts=settings.charts,
-            gpu_nodes=settings.gpu_nodes,
-            host_steps=host_steps,
-            in_cluster=InCluster(cluster.provider, cluster.ready),
+            network=settings.network, cluster=settings.cluster, gpu_nodes=settings.gpu_nodes, wiring=wiring
         ),
     )
-    in_cluster = InCluster(cluster.provider, [*cluster.ready, *network.ready])
+    # Everything else in the cluster also waits for pod networking.
+    wiring = wiring.waiting_for(network.ready)
+    in_cluster = wiring.in_cluster
     ClusterUpgrades(
         "upgrades",
         ClusterUpgradesArgs(
@@ -185,38 +182,20 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             in_cluster=in_cluster,
         ),
     )
-    gpu = GpuPool(
-        "gpu",
-        GpuPoolArgs(
-            gpu=settings.gpu,
-            charts=settings.charts,
-            gpu_nodes=settings.gpu_nodes,
-            host_steps=host_steps,
-            in_cluster=in_cluster,
-            # One NFD per cluster: the Network Operator's (NetworkFabric, deployed whenever there are
-            # GPU nodes) labels the NVIDIA GPUs the GPU Operator schedules its operands on.
-            deploy_nfd=False,
-        ),
-    )
+    # One NFD per cluster: the Network Operator's (NetworkFabric, deployed whenever there are GPU nodes)
+    # labels the NVIDIA GPUs the GPU Operator schedules its operands on.
+    gpu = GpuPool("gpu", GpuPoolArgs(gpu=settings.gpu, gpu_nodes=settings.gpu_nodes, wiring=wiring, deploy_nfd=False))
     ceph = CephTier(
-        "ceph",
-        CephTierArgs(
-            ceph=settings.storage.ceph,
-            charts=settings.charts,
-            storage_hosts=settings.storage_hosts,
-            host_steps=host_steps,
-            in_cluster=in_cluster,
-        ),
+        "ceph", CephTierArgs(ceph=settings.storage.ceph, storage_hosts=settings.storage_hosts, wiring=wiring)
     )
     scheduling = SchedulingStack(
         "scheduling",
         SchedulingStackArgs(
             scheduling=settings.scheduling,
-            charts=settings.charts,
             nodes=settings.nodes,
             oidc=settings.cluster.oidc,
             unaccounted_resources=[network.rdma_resource_name] if network.rdma_resource_name else [],
-            in_cluster=in_cluster,
+            wiring=wiring,
         ),
     )
     minio = MinioTier(
@@ -234,21 +213,12 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
         ),
     )
     TrainingOperators(
-        "training",
-        TrainingOperatorsArgs(
-            operators=settings.scheduling.training_operators,
-            charts=settings.charts,
-            in_cluster=in_cluster,
-        ),
+        "training", TrainingOperatorsArgs(operators=settings.scheduling.training_operators, wiring=wiring)
     )
     monitoring = ZabbixMonitoring(
         "monitoring",
         ZabbixMonitoringArgs(
             monitoring=settings.monitoring,
-            charts=settings.charts,
-            hosts=hosts,
-            provider=in_cluster.provider,
-            cluster_ready=in_cluster.ready,
             cluster_name=settings.cluster.name,
             api_endpoint=settings.cluster.api_endpoint,
             nodes=settings.nodes,
@@ -256,6 +226,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             block_storage_class=ceph.storage_classes.get("tier2Block"),
             storage_ready=[ceph.storage_class_release] if ceph.storage_class_release else [],
             ceph_namespace=ceph.namespace or None,
+            wiring=wiring,
             secrets=dataclasses.replace(secrets.zabbix, minio_metrics_token=minio.metrics_token),
             backup=settings.storage.minio.backup,
             etcd_snapshots=settings.cluster.etcd_snapshots,
