@@ -128,7 +128,8 @@ def test_a_digest_mismatch_fails_loudly_and_is_not_written(tmp_path):
     good, bad = ENTRIES[0], next(e for e in ENTRIES if e.path.startswith("crds/"))
     for entry in (good, bad):
         (mirror / entry.path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(requires_upstream(entry.path), mirror / entry.path)
+        # Contents only: the reference directory may be read-only, and the copy is about to be tampered with.
+        shutil.copyfile(requires_upstream(entry.path), mirror / entry.path)
     tampered = (mirror / bad.path).read_text().replace("properties:", "propertiez:", 1)
     (mirror / bad.path).write_text(tampered)
     listing = tmp_path / "list.tsv"
