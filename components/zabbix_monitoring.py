@@ -37,7 +37,6 @@ from components import pki
 from components import zabbix_objects as zbx
 from components.common import Wiring
 from components.helm import release
-from components.namespaces import platform_namespace
 from components.remote import host_script
 from components.upgrades import NAMESPACE as UPGRADE_NAMESPACE
 from components.zabbix_dashboards import dashboard_references, overview_dashboard, teams_dashboard
@@ -427,17 +426,13 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         wiring = args.wiring
         mon = args.monitoring
         ns = mon.namespace
-        k8s_opts = pulumi.ResourceOptions(
-            parent=self, provider=wiring.in_cluster.provider, depends_on=list(wiring.in_cluster.ready)
-        )
-        namespace = platform_namespace(
+        k8s_opts = wiring.in_cluster.options(parent=self)
+        namespace = wiring.in_cluster.namespace(
             f"{name}-namespace",
             ns,
             "privileged",
             "the Zabbix agent DaemonSet uses the host network and mounts the host's /proc, /sys and /",
-            provider=wiring.in_cluster.provider,
             parent=self,
-            depends_on=list(wiring.in_cluster.ready),
         )
         in_ns = pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=[namespace]))
         db_password = _password(f"{name}-db-password", pulumi.ResourceOptions(parent=self))
