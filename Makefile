@@ -53,10 +53,10 @@ docs: $(VENV)/.runtime
 images: $(VENV)/.dev
 	$(PY) -m stacks.render prod lab --out docs/images.md
 
-# The real Zabbix 7.0 of the tests (tests/zabbix/start-zabbix-api.sh) draws them; tests/test_zabbix_dashboards.py
+# The real Zabbix 7.0 of the tests (tests/monitoring/start-zabbix-api.sh) draws them; tests/monitoring/test_dashboards.py
 # renders the same dashboard in `make test`.
 screenshot: $(VENV)/.dev
-	$(PY) -m tests.zabbix.dashboard_screenshot
+	$(PY) -m tests.monitoring.dashboard_screenshot
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .

@@ -45,7 +45,7 @@ PROFILE_NOTES = [
     "engine's own overhead), and the cycle collector runs every 50,000 allocations instead of 700 while",
     "the program runs (the SDK keeps several futures and Outputs per input alive to the end; gen-0",
     "collections kept rescanning them: a third of the CPU time). Scripts are read once per process",
-    "(`components/remote.py`). What remains is the Pulumi SDK's own per-resource registration",
+    "(`components/hosts/remote.py`). What remains is the Pulumi SDK's own per-resource registration",
     "(Outputs, futures, serialisation) and its event loop; our code (components, settings, recording,",
     "plan JSON) is a few percent. Profile it yourself: `python -m benchmarks.profile 1000 --top 30`.",
 ]

@@ -14,8 +14,8 @@ import pulumi
 import pulumi_command as command
 import pulumi_kubernetes as k8s
 
+from components.hosts.remote import HostAccess, host_script
 from components.namespaces import Level, platform_namespace
-from components.remote import HostAccess, host_script
 from settings import Charts
 
 

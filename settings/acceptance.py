@@ -1,6 +1,6 @@
 """`ml-platform:acceptance`: the checks every `pulumi up` ends with, and the drift probe.
 
-Each check is a Kubernetes Job the engine waits for (components/acceptance.py). A failed check fails the
+Each check is a Kubernetes Job the engine waits for (components/acceptance/component.py). A failed check fails the
 `up` naming the check and the node, unless it is `advisory`: then the check reports the failure (stack
 output, report) and the `up` goes on. Checks re-run when the platform's settings change or when `run` is
 raised; an `up` with unchanged settings re-runs nothing.

@@ -172,7 +172,7 @@ class ClusterUpgrade(Model):
     Plan; cover the pools' windows."""
     controller_image: Image = "docker.io/rancher/system-upgrade-controller:v0.20.1"
     """The system-upgrade-controller image; its manifest is vendored at the same release
-    (components/manifests/system-upgrade-controller/). Point it at a mirror for air-gapped sites."""
+    (components/cluster/manifests/system-upgrade-controller/). Point it at a mirror for air-gapped sites."""
     kubectl_image: Image = "docker.io/rancher/kubectl:v1.30.3"
     """The image the upgrade Jobs cordon and drain with (the controller's `SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE`,
     upstream's pin); point it at a mirror for air-gapped sites."""

@@ -6,7 +6,7 @@
 The first form reads the stack output `acceptance` (`pulumi stack output acceptance --json --stack STACK`)
 and each check's pod logs (`kubectl logs`, with the kubeconfig in KUBECONFIG); the second reads both from
 files (`DIR/<check id>.log`), e.g. logs saved earlier. Every check ends with one `ACCEPTANCE {json}` line
-(components/checks/lib.sh). A check without one never ran to the end (its pods were not scheduled, or
+(components/acceptance/checks/lib.sh). A check without one never ran to the end (its pods were not scheduled, or
 the Job is gone): it counts as failed. Exit status 1 when a check that is not advisory failed, naming it
 and its node; 0 otherwise (advisory failures are listed, marked advisory).
 """

@@ -104,6 +104,31 @@ def architecture(plan: Plan) -> str:
     return "\n".join(lines + ["```"])
 
 
+_COMPONENT_TYPE = re.compile(r'super\(\).__init__\(\s*"(mlplatform:[^"]+)"')
+
+
+def component_homes() -> dict[str, str]:
+    """Component type -> the file under `components/` that creates it (where its `super().__init__` names it)."""
+    homes = {}
+    for path in sorted((ROOT / "components").rglob("*.py")):
+        for type_ in _COMPONENT_TYPE.findall(path.read_text()):
+            homes[type_] = path.relative_to(ROOT).as_posix()
+    return homes
+
+
+def where_things_live(plan: Plan) -> str:
+    """A row per component of the plan: its type, the file that creates it, and the folder beside it."""
+    homes = component_homes()
+    types = sorted({r["type"] for r in plan.resources if not r["custom"] and r["type"].startswith("mlplatform:")})
+    rows = ["| component | created in | its package (scripts, templates, vendored files beside it) |", "|---|---|---|"]
+    for type_ in types:
+        home = homes[type_]
+        folder = Path(home).parent.as_posix()
+        package = f"`{folder}/`" if folder != "components" else "(a single module)"
+        rows.append(f"| `{_short(type_)}` | `{home}` | {package} |")
+    return "\n".join(rows)
+
+
 def bring_up(plan: Plan) -> str:
     lines = ["```mermaid", "flowchart TD"]
     steps = bring_up_steps(plan)
@@ -132,6 +157,14 @@ An arrow `A --> B`: some resource of B waits for one of A (a dependency, or A's 
 Each component is one `ComponentResource` in `components/`; `stack` resources belong to the stack itself.
 
 {architecture(plan)}
+
+## Where each component lives
+
+A component with more than one module or files of its own (host scripts in `scripts/`, container scripts,
+templates, vendored manifests) is a package; the SSH runner and the shell helpers every host script gets
+are in `components/hosts/`.
+
+{where_things_live(plan)}
 
 ## Bring-up order
 

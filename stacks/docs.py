@@ -10,7 +10,6 @@ the same bytes.
 from __future__ import annotations
 
 import json
-import re
 import sys
 import typing
 from collections.abc import Iterator
@@ -21,9 +20,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import AfterValidator, BaseModel
 from pydantic_core import PydanticUndefined
 
-from components.network_fabric import MELLANOX_REPOSITORY
-from settings import NAMESPACE, SECRET_KEYS, Chart, Settings
-from settings.types import url
+from settings import NAMESPACE, SECRET_KEYS, Settings
 from stacks import monitoring_coverage
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,14 +58,14 @@ def rows(model: type[BaseModel] = Settings, prefix: str = "", defaults: Optional
 
 def _model_inside(tp: Any) -> tuple[Optional[type[BaseModel]], bool]:
     """The model a field holds, directly, optionally or as list items."""
-    tp = _strip(tp)
+    tp = unwrapped(tp)
     is_list = typing.get_origin(tp) is list
     if is_list:
-        tp = _strip(typing.get_args(tp)[0])
+        tp = unwrapped(typing.get_args(tp)[0])
     return (tp, is_list) if isinstance(tp, type) and issubclass(tp, BaseModel) else (None, False)
 
 
-def _strip(tp: Any) -> Any:
+def unwrapped(tp: Any) -> Any:
     """`Optional[X]` and `Annotated[X, ...]` -> X."""
     while True:
         origin, args = typing.get_origin(tp), typing.get_args(tp)
@@ -82,7 +79,7 @@ def _strip(tp: Any) -> Any:
 
 
 def type_text(tp: Any) -> str:
-    tp = _strip(tp)
+    tp = unwrapped(tp)
     origin = typing.get_origin(tp)
     if origin is Literal:
         return "one of " + ", ".join(f"`{v}`" for v in typing.get_args(tp))
@@ -98,7 +95,7 @@ def type_text(tp: Any) -> str:
 
 def constraints_text(row: Row) -> str:
     """The checks on a key: bounds, patterns, and the one-line docstring of each check of its type."""
-    found = [text for item in row.metadata for text in _describe_check(item, _strip(row.annotation))]
+    found = [text for item in row.metadata for text in _describe_check(item, unwrapped(row.annotation))]
     for where, item, tp in _nested_metadata(row.annotation):
         found += [f"{where}{text}" for text in _describe_check(item, tp)]
     return "; ".join(dict.fromkeys(found))
@@ -152,7 +149,7 @@ def default_text(value: Any) -> str:
     return f"`{json.dumps(value)}`" if not isinstance(value, str) else f"`{value}`"
 
 
-def _cell(text: str) -> str:
+def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
@@ -178,15 +175,15 @@ def settings_reference() -> str:
         "",
         "| key | meaning |",
         "|---|---|",
-        *(f"| `{key}` | {_cell(meaning)} |" for key, meaning in SECRET_KEYS.items()),
+        *(f"| `{key}` | {cell(meaning)} |" for key, meaning in SECRET_KEYS.items()),
     ]
     for area in rows_by_area():
         head = area[0]
-        lines += ["", f"## `{head.path}`", "", _cell(head.description), ""]
+        lines += ["", f"## `{head.path}`", "", cell(head.description), ""]
         lines += ["| key | type | default | constraints | description |", "|---|---|---|---|---|"]
         lines += [
-            f"| `{r.path}` | {_cell(type_text(r.annotation))} | {_cell(default_text(r.default))} "
-            f"| {_cell(constraints_text(r))} | {_cell(r.description)} |"
+            f"| `{r.path}` | {cell(type_text(r.annotation))} | {cell(default_text(r.default))} "
+            f"| {cell(constraints_text(r))} | {cell(r.description)} |"
             for r in area
         ]
     return "\n".join(lines) + "\n"
@@ -254,119 +251,6 @@ def schema_text() -> str:
     return json.dumps(stack_schema(), indent=2, ensure_ascii=False) + "\n"
 
 
-# What the platform pulls that no settings key names directly: (what, from where, the key that redirects it).
-# `{path}` placeholders are settings keys, filled in with their defaults (`<path>` when required).
-DERIVED = (
-    (
-        "RKE2 release tarball and checksums (`rke2.linux-amd64.tar.gz`, `sha256sum-amd64.txt`), "
-        "downloaded by the install script on every host",
-        "`https://github.com/rancher/rke2/releases/download/{cluster.rke2Version}/`",
-        "`cluster.install.artifactUrl` (a mirror of the release assets)",
-    ),
-    (
-        "RKE2 RPMs (`rke2-common`, `rke2-server`/`rke2-agent`, `rke2-selinux`) with `cluster.install.method: rpm`",
-        "the RKE2 RPM repository the install script configures",
-        "none: the hosts' dnf configuration must point at a mirror of it (docs/limitations.md)",
-    ),
-    (
-        "RKE2's own images (kube-apiserver, etcd, CoreDNS, ingress, ...), pulled by every node",
-        "`docker.io/rancher/...`",
-        "`cluster.systemDefaultRegistry` (a registry holding them), or `cluster.registryMirrors` for `docker.io`",
-    ),
-    (
-        "rke2-upgrade image of the upgrade Plans' Jobs, tagged by the system-upgrade-controller with the version "
-        "(`+` as `-`)",
-        "`{cluster.upgrade.upgradeImage}:<cluster.rke2Version, + as ->`",
-        "`cluster.upgrade.upgradeImage` (a repository holding the same tags)",
-    ),
-    (
-        "NVIDIA driver container (`gpu.driver.managedBy: operator`)",
-        "`nvcr.io/nvidia/driver:{gpu.driver.version}-<os>`",
-        "`cluster.registryMirrors` for `nvcr.io`",
-    ),
-    (
-        "NicClusterPolicy components (RDMA shared device plugin; with the IPoIB network Multus, CNI plugins, "
-        "IPoIB CNI, nv-ipam)",
-        f"`{MELLANOX_REPOSITORY}/<component>:network-operator-v{{charts.networkOperator.version}}`",
-        "`cluster.registryMirrors` for `nvcr.io`",
-    ),
-    (
-        "DOCA-OFED driver container (`network.infiniband.hostStack: ofed`)",
-        f"`{MELLANOX_REPOSITORY}/doca-driver:{{network.infiniband.docaDriverVersion}}`",
-        "`cluster.registryMirrors` for `nvcr.io`",
-    ),
-    (
-        "The images every chart deploys (operators, agents, CSI drivers, exporters)",
-        "their upstream registries: `quay.io`, `docker.io`, `registry.k8s.io`, `nvcr.io`, `ghcr.io`",
-        "`cluster.registryMirrors`, one entry per registry",
-    ),
-    (
-        "OS packages (prepare step: curl, chrony, iptables, lvm2, gdisk, xfsprogs, nvme-cli, jq, ...; "
-        "inbox InfiniBand: rdma-core and tools)",
-        "the hosts' configured apt or dnf repositories",
-        "none: the hosts' own package mirror configuration",
-    ),
-)
-
-_IMAGE = re.compile(r"^[a-z0-9-]+(\.[a-z0-9-]+)+(:[0-9]+)?/[^\s:]+:[^\s]+$")
-
-
-def air_gap() -> str:
-    by_path = {r.path: r for r in rows()}
-    lines = [
-        "# Air-gapped sites: everything the platform pulls, and the key that points it at a mirror",
-        "",
-        f"<!-- {GENERATED} -->",
-        "",
-        "Defaults as in `settings/`; a stack file may pin other versions. `pulumi up` itself also needs the",
-        "provider plugins ([README: what a real deployment needs](../README.md#what-a-real-deployment-needs)).",
-        "",
-        "## Helm charts",
-        "",
-        "Each chart's `repository` may be an internal Helm repository (`https://...`) or OCI registry (`oci://...`).",
-        "",
-        "| chart | version | default repository | mirror key |",
-        "|---|---|---|---|",
-    ]
-    for row in rows():
-        if isinstance(row.default, Chart):
-            chart = row.default
-            lines.append(f"| `{chart.name}` | `{chart.version}` | `{chart.repository}` | `{row.path}.repository` |")
-    lines += [
-        "",
-        "## Images and URLs set by a key",
-        "",
-        "Set the key itself to the mirror's copy.",
-        "",
-        "| key | default | what |",
-        "|---|---|---|",
-    ]
-    for row in rows():
-        if _pulled_directly(row):
-            lines.append(f"| `{row.path}` | {default_text(row.default)} | {_cell(row.description)} |")
-    lines += ["", "## Pulled by RKE2, the charts and the hosts", "", "| what | from | mirror key |", "|---|---|---|"]
-    for what, source, key in DERIVED:
-        lines.append(f"| {_cell(what)} | {_cell(_fill(source, by_path))} | {_cell(key)} |")
-    return "\n".join(lines) + "\n"
-
-
-def _pulled_directly(row: Row) -> bool:
-    """An image reference or a download URL held by one key (chart repositories are listed with their chart)."""
-    if row.path.startswith("charts."):
-        return False
-    is_url = any(isinstance(m, AfterValidator) and m.func is url for m in row.metadata)
-    single = typing.get_origin(_strip(row.annotation)) not in (list, dict)
-    return (is_url and single) or (isinstance(row.default, str) and bool(_IMAGE.match(row.default)))
-
-
-def _fill(template: str, by_path: dict[str, Row]) -> str:
-    def value(match: re.Match) -> str:
-        row = by_path[match.group(1)]
-        return f"<{row.path}>" if row.default is REQUIRED else str(row.default)
-
-    return re.sub(r"\{([A-Za-z0-9.\[\]]+)\}", value, template)
-
-
 def _field_checks() -> dict[Any, list[str]]:
     """Each field validator (a settings type's check) -> the settings paths that use it."""
     found: dict[Any, list[str]] = {}
@@ -408,7 +292,7 @@ def safety() -> str:
         "",
         "| key | what it is |",
         "|---|---|",
-        *(f"| `{NAMESPACE}:{key}` | {_cell(meaning)} |" for key, meaning in SECRET_KEYS.items()),
+        *(f"| `{NAMESPACE}:{key}` | {cell(meaning)} |" for key, meaning in SECRET_KEYS.items()),
         "",
         "## Values refused by their type",
         "",
@@ -417,38 +301,40 @@ def safety() -> str:
     ]
     for func, paths in sorted(_field_checks().items(), key=lambda item: item[0].__doc__ or ""):
         shown = ", ".join(f"`{p}`" for p in sorted(set(paths))[:6]) + (" ..." if len(set(paths)) > 6 else "")
-        lines.append(f"| {_cell(' '.join(func.__doc__.split()))} | {shown} |")
+        lines.append(f"| {cell(' '.join(func.__doc__.split()))} | {shown} |")
     lines += [
         "",
         "## Rules across fields and areas",
         "",
         "| area | what is checked |",
         "|---|---|",
-        *(f"| {rule.check.__module__.rsplit('.', 1)[-1]} | {_cell(rule.checks)} |" for rule in RULES),
+        *(f"| {rule.check.__module__.rsplit('.', 1)[-1]} | {cell(rule.checks)} |" for rule in RULES),
         "",
         "## Danger: what the review names",
         "",
         "| area | change |",
         "|---|---|",
-        *(f"| {kind.find.__module__.rsplit('.', 1)[-1]} | {_cell(kind.title)} |" for kind in DANGER),
-        *(f"| rollouts (`stacks.review`, rendered by Helm) | {_cell(title)} |" for title in rollouts.DANGER_TITLES),
+        *(f"| {kind.find.__module__.rsplit('.', 1)[-1]} | {cell(kind.title)} |" for kind in DANGER),
+        *(f"| rollouts (`stacks.review`, rendered by Helm) | {cell(title)} |" for title in rollouts.DANGER_TITLES),
         "",
         "## Refused like `pulumi preview` refuses: protected resources replaced or deleted",
         "",
         "| resource | the safe way |",
         "|---|---|",
-        *(f"| `*{suffix}` | {_cell(step)} |" for suffix, step in SAFE_STEPS.items()),
+        *(f"| `*{suffix}` | {cell(step)} |" for suffix, step in SAFE_STEPS.items()),
         "",
     ]
     return "\n".join(lines)
 
 
 def generated_files() -> dict[str, str]:
+    from stacks import air_gap  # it builds on the rows above
+
     """Repository path -> the content `make docs` writes there."""
     return {
         "docs/settings.md": settings_reference(),
         SCHEMA_FILE: schema_text(),
-        "docs/air-gap.md": air_gap(),
+        "docs/air-gap.md": air_gap.air_gap(),
         "docs/safety.md": safety(),
         "docs/monitoring-coverage.md": monitoring_coverage.coverage(),
     }

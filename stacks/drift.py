@@ -3,7 +3,7 @@
     python -m stacks.drift STACK [--config FILE] [--fingerprints FILE]
 
 `pulumi refresh` cannot see a host changed by hand: a host step is a command, not a resource with a
-readable state. The drift probe (components/acceptance.py, a DaemonSet) prints each node's fingerprint
+readable state. The drift probe (components/acceptance/component.py, a DaemonSet) prints each node's fingerprint
 every `acceptance.drift.intervalSeconds`: `FINGERPRINT {json}` with the RKE2 version, kernel, NVIDIA and
 Mellanox driver versions and the sha256 of each file the host steps write. This command reads the
 newest line of every probe pod (`kubectl logs`, KUBECONFIG) or the lines in FILE, and compares them:
@@ -34,9 +34,9 @@ from typing import Optional
 
 import yaml
 
-from components.acceptance import PROBE_NAME
-from components.cluster import kube_vip_manifest, registries_yaml, rke2_config
-from components.minio_tier import etcd_s3_server_config
+from components.acceptance.component import PROBE_NAME
+from components.cluster.config import kube_vip_manifest, registries_yaml, rke2_config
+from components.minio.tier import etcd_s3_server_config
 from settings import SECRET_KEYS, Settings, load
 from stacks.engine import ROOT
 

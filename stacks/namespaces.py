@@ -15,7 +15,7 @@ from typing import Any
 
 from settings.scheduling import Team
 
-TEAM_LABEL = "ml-platform.io/team"  # components/scheduling_stack.py labels the teams' namespaces with it
+TEAM_LABEL = "ml-platform.io/team"  # components/scheduling/stack.py labels the teams' namespaces with it
 
 
 def platform_created(resources: list[dict[str, Any]]) -> dict[str, str]:

@@ -18,19 +18,19 @@ from typing import Any, Optional
 import pulumi
 import pulumi_random as random
 
-from components.acceptance import AcceptanceChecks, AcceptanceChecksArgs, S3Target, exercised_settings
-from components.ceph_tier import CephTier, CephTierArgs
-from components.cluster import ClusterBootstrap, ClusterBootstrapArgs
+from components.acceptance.component import AcceptanceChecks, AcceptanceChecksArgs, S3Target, exercised_settings
+from components.ceph.tier import CephTier, CephTierArgs
+from components.cluster.bootstrap import ClusterBootstrap, ClusterBootstrapArgs
+from components.cluster.upgrades import ClusterUpgrades, ClusterUpgradesArgs
 from components.common import HostSteps, InCluster, Wiring
-from components.gpu_pool import GpuPool, GpuPoolArgs
-from components.minio_tier import MinioTier, MinioTierArgs, etcd_s3_server_config
-from components.network_fabric import NetworkFabric, NetworkFabricArgs
+from components.gpu.pool import GpuPool, GpuPoolArgs
+from components.hosts.remote import host_accesses
+from components.minio.tier import MinioTier, MinioTierArgs, etcd_s3_server_config
+from components.monitoring.component import ZabbixMonitoring, ZabbixMonitoringArgs, ZabbixSecrets
+from components.network.fabric import NetworkFabric, NetworkFabricArgs
 from components.public_contract import PublicContract, PublicContractArgs
-from components.remote import host_accesses
-from components.scheduling_stack import SchedulingStack, SchedulingStackArgs
+from components.scheduling.stack import SchedulingStack, SchedulingStackArgs
 from components.training_operators import TrainingOperators, TrainingOperatorsArgs
-from components.upgrades import ClusterUpgrades, ClusterUpgradesArgs
-from components.zabbix_monitoring import ZabbixMonitoring, ZabbixMonitoringArgs, ZabbixSecrets
 from settings import (
     NAMESPACE,
     SECRET_KEYS,

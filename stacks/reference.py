@@ -54,6 +54,10 @@ def reference_dir() -> Path:
     return cache / "ml-platform" / "reference"
 
 
+class ReferenceMissingError(FileNotFoundError):
+    """A reference file the caller needs is not in `reference_dir()`; the message names `FETCH_COMMAND`."""
+
+
 def strict() -> bool:
     """`MLP_REFERENCE_STRICT=1`: a missing reference file is a failure, not a skip (CI)."""
     return os.environ.get("MLP_REFERENCE_STRICT", "") not in ("", "0")

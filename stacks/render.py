@@ -32,7 +32,7 @@ from typing import Any, Optional
 import yaml
 
 from stacks.cli import emit
-from stacks.reference import FETCH_COMMAND, reference_dir
+from stacks.reference import FETCH_COMMAND, ReferenceMissingError, reference_dir
 
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
 COMMAND_TYPE = "command:remote:Command"
@@ -115,7 +115,7 @@ def chart_dir(release: Release) -> Path:
     """The chart's directory in the reference location; a missing one names the command that fetches it."""
     path = reference_dir() / "charts-src" / release.chart / release.version
     if not (path / "Chart.yaml").is_file():
-        raise RenderError(f"{release.label}: chart source {path} is missing; run `{FETCH_COMMAND}`")
+        raise ReferenceMissingError(f"{release.label}: chart source {path} is missing; run `{FETCH_COMMAND}`")
     return path
 
 
@@ -420,7 +420,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         text = images_markdown({s: render_plan(evaluate_stack(s)) for s in args.stacks})
-    except RenderError as exc:
+    except (RenderError, ReferenceMissingError) as exc:
         print(exc, file=sys.stderr)
         return 1
     emit(text, args.out)

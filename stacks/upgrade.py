@@ -21,7 +21,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Optional
 
-from components.upgrades import NAMESPACE, POOLS, SERVER_PLAN, agent_plan_name
+from components.cluster.upgrades import NAMESPACE, POOLS, SERVER_PLAN, agent_plan_name
 
 PLANS = (SERVER_PLAN, *(agent_plan_name(pool) for pool in POOLS))
 RETRY_ANNOTATION = "ml-platform.io/retry-at"

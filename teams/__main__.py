@@ -35,7 +35,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the platform's own contract definitions
 
 from components.public_contract import CONTRACT_CONFIGMAP, CONTRACT_NAMESPACE  # noqa: E402
-from components.scheduling_stack import LOCAL_QUEUE, ci_account  # noqa: E402
+from components.scheduling.config import LOCAL_QUEUE, ci_account  # noqa: E402
 from stacks.outputs import PUBLIC  # noqa: E402
 
 

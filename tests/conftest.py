@@ -104,6 +104,19 @@ def lab_plan() -> engine.Plan:
     return evaluate("lab")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A test that reaches a missing reference file anywhere (a chart source Helm renders, a CRD schema)
+    skips naming the command that fetches it, as `requires_upstream` does; with MLP_REFERENCE_STRICT=1
+    (CI) it fails."""
+    try:
+        return (yield)
+    except reference.ReferenceMissingError as missing:
+        if reference.strict():
+            raise
+        pytest.skip(f"upstream reference file missing: {missing}")
+
+
 def requires_upstream(*parts: str) -> Path:
     """A reference file (`stacks.reference`), or skip the test naming the command that fetches it when it is
     absent; with MLP_REFERENCE_STRICT=1 (CI) a missing file fails the test instead."""

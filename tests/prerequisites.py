@@ -17,7 +17,7 @@ from typing import Optional
 import pytest
 
 FAST = "or run `make test-fast` (every test that needs no real server)"
-# What the first run of tests/zabbix/start-zabbix-api.sh puts under .cache/zabbix70 (about 400 MiB), with room.
+# What the first run of tests/monitoring/start-zabbix-api.sh puts under .cache/zabbix70 (about 400 MiB), with room.
 ZABBIX_DISK_MIB = 1024
 
 

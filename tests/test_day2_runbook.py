@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 
+from tests.cluster.test_bootstrap import params_of
+from tests.cluster.test_node_scripts import FakeCluster, blank_node
+from tests.cluster.test_rke2_install import Host
 from tests.conftest import ROOT
-from tests.test_cluster import params_of
-from tests.test_node_scripts import FakeCluster, blank_node
-from tests.test_rke2_install import Host
 
 RUNBOOK = (ROOT / "docs" / "runbook.md").read_text()
 COMMAND = "command:remote:Command"
@@ -69,7 +69,7 @@ def test_rebuilding_the_init_server_drains_uninstalls_joins_and_relabels(prod_pl
     assert host.config()["server"] == "https://10.20.0.10:9345"
 
     # 4. The membership create runs nothing; the Node patch follows the RKE2 step's id, so it changes
-    # with the replacement and labels the re-registered Node again (tests/test_cluster.py).
+    # with the replacement and labels the re-registered Node again (tests/cluster/test_bootstrap.py).
     assert "create" not in membership
     patch = prod_plan.named("cpu-01-labels-taints")
     rke2_urn = prod_plan.named("cpu-01-rke2")["urn"]

@@ -122,7 +122,7 @@ def test_preview_runs_tests_and_the_offline_diff_without_credentials():
     job = doc["jobs"]["offline"]
     assert job["runs-on"] == "ubuntu-latest"
     # Python 3.11 on Debian 12 as root (the container's default user): what the real Zabbix 7.0 the
-    # tests start needs (tests/zabbix/start-zabbix-api.sh apt-installs Debian 12 packages, chroots).
+    # tests start needs (tests/monitoring/start-zabbix-api.sh apt-installs Debian 12 packages, chroots).
     assert job["container"]["image"] == "python:3.11-bookworm" and "--user" not in job["container"].get("options", "")
     assert not uses(job, "actions/setup-python"), "the container's Python is the job's Python"
     (checkout,) = uses(job, "actions/checkout")

@@ -362,6 +362,6 @@ def test_values_line_diff_and_nested_paths():
 
 
 def test_zabbix_rule_names_every_kind_the_provider_handles():
-    from components.zabbix_objects import KINDS
+    from components.monitoring.objects import KINDS
 
     assert set(core.ZABBIX_KINDS) == set(KINDS)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from settings import Charts, Settings
 from settings.load import _unwrap
 from settings.types import Model
-from stacks import docs
+from stacks import air_gap, docs
 from stacks.outputs import CONTRACT
 from stacks.plan import summary
 from tests.conftest import ROOT
@@ -116,7 +116,7 @@ def test_air_gap_names_only_real_settings_keys():
     known = {row.path for row in docs.rows()}
     mentioned = {
         key
-        for entry in docs.DERIVED
+        for entry in air_gap.DERIVED
         for text in entry
         for key in re.findall(r"[`{]([a-z][A-Za-z0-9]*(?:\.[a-z][A-Za-z0-9]*)+)[`}:]", text)
         if key.split(".")[0] in Settings.model_fields

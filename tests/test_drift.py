@@ -10,8 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from components.acceptance import CHECKS, DRIFT_FILES, check_program
-from components.cluster import rke2_config
+from components.acceptance.component import CHECKS, DRIFT_FILES, check_program
+from components.cluster.config import rke2_config
 from settings import load
 from stacks import drift
 from tests.conftest import ROOT, stack_doc
@@ -144,4 +144,4 @@ def test_probe_is_shellcheck_clean_and_in_the_plan(prod_plan):
     assert {"name": "host", "hostPath": {"path": "/"}} in spec["volumes"]
     mounts = spec["containers"][0]["volumeMounts"]
     assert {"name": "host", "mountPath": "/host", "readOnly": True} in mounts
-    assert (ROOT / "components/checks/drift-probe.sh").read_text() == check_program("drift-probe.sh")
+    assert (ROOT / "components/acceptance/checks/drift-probe.sh").read_text() == check_program("drift-probe.sh")

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from components.gpu_pool import RKE2_CONTAINERD_CONFIG
+from components.gpu.pool import RKE2_CONTAINERD_CONFIG
 from components.namespaces import RKE2_CIS_EXEMPT
-from components.network_fabric import IPPOOL_CRD_FILE
+from components.network.fabric import IPPOOL_CRD_FILE
 from settings import load, settings_warnings
 from stacks import engine
 from tests.conftest import ROOT, evaluate, node_index, problems, requires_upstream, stack_doc
@@ -86,7 +86,7 @@ def test_every_namespace_the_plan_uses_has_an_explicit_level_and_is_waited_for(p
 
 def team_namespaces(plan: engine.Plan) -> set[str]:
     """Namespaces the teams own (their Pod Security level is the teams' to set); the backup CronJobs
-    of sources in other namespaces run in namespaces the program creates (tests/test_backup_pod_security.py)."""
+    of sources in other namespaces run in namespaces the program creates (tests/minio/test_backup_pod_security.py)."""
     settings = load(stack_doc(plan.stack))
     return {ns for team in settings.scheduling.teams for ns in team.namespace_names}
 

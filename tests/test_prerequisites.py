@@ -82,7 +82,9 @@ def marked_real_server(decorators: list[ast.expr]) -> bool:
     return any(ast.unparse(d) == "pytest.mark.real_server" for d in decorators)
 
 
-@pytest.mark.parametrize("path", sorted(ROOT.glob("tests/test_*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted(ROOT.glob("tests/**/test_*.py")), ids=lambda p: p.relative_to(ROOT / "tests").as_posix()
+)
 def test_every_test_that_starts_a_real_server_is_marked(path):
     tree = ast.parse(path.read_text())
     module_marked = any(

@@ -20,7 +20,7 @@ UNSET_IN_PROD = {
     ),
     *(f"cluster.upgrade.{pool}.drain.gracePeriodSeconds" for pool in ("gpu", "storage", "cpu")),
     "nodes[].renamedFrom",  # set only in a change that renames a node
-    # No IB topology recorded for prod's GPU nodes: no Kueue Topology (tests/test_scheduling_stack.py adds one).
+    # No IB topology recorded for prod's GPU nodes: no Kueue Topology (tests/scheduling/test_stack.py adds one).
     "nodes[].topology",
     "nodes[].topology.block",
     "nodes[].topology.rack",

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.upgrades import SUC_RELEASE
+from components.cluster.upgrades import SUC_RELEASE
 from settings.charts import Charts
 from stacks import reference
 from stacks.reference import Entry, FetchError, apply_release_edit, fetch, git_blob_id, read_fetch_list
@@ -72,7 +72,7 @@ def test_every_chart_version_we_deploy_is_in_the_fetch_list():
 
 
 def test_the_upgrade_controller_we_deploy_is_in_the_fetch_list():
-    # Not a chart: its manifests and Plan CRD at the release components/upgrades.py deploys.
+    # Not a chart: its manifests and Plan CRD at the release components/cluster/upgrades.py deploys.
     listed = {entry.path for entry in ENTRIES}
     assert f"crds/system-upgrade-controller/{SUC_RELEASE}/upgrade.cattle.io_plans.yaml" in listed
     assert f"manifests/system-upgrade-controller/{SUC_RELEASE}/system-upgrade-controller.yaml" in listed

@@ -109,7 +109,7 @@ def test_a_values_type_the_charts_schema_refuses_names_the_release():
 
 def test_a_chart_missing_from_the_reference_names_the_fetch_command(monkeypatch, tmp_path):
     monkeypatch.setenv("MLP_REFERENCE_DIR", str(tmp_path))
-    with pytest.raises(render.RenderError) as failure:
+    with pytest.raises(reference.ReferenceMissingError) as failure:
         render.render_plan(plan("lab"))
     message = str(failure.value)
     assert "\n" not in message

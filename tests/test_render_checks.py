@@ -14,10 +14,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from components.monitoring.config import ZABBIX_FILES, template_sources
 from components.namespaces import RKE2_CIS_EXEMPT
-from components.zabbix_monitoring import ZABBIX_FILES, template_sources
 from settings import load
-from stacks import reference, render, rollouts
+from stacks import placement, reference, render
 from tests import podsecurity
 from tests.conftest import ROOT, evaluate, stack_doc
 from tests.rendering import VARIANT_IDS, VARIANTS, agent_host_mounts, plan, release, rendered
@@ -285,7 +285,7 @@ MUST_RUN_ON_GPU_NODES = {
 
 @variants
 def test_daemonsets_that_must_run_on_gpu_nodes_tolerate_the_gpu_taint(stack, cis):
-    inventory = rollouts.nodes(plan(stack, cis))
+    inventory = placement.nodes(plan(stack, cis))
     gpu_nodes = {n.name for n in inventory if GPU_TAINT in n.taints}
     assert gpu_nodes
     missing = []
@@ -294,15 +294,15 @@ def test_daemonsets_that_must_run_on_gpu_nodes_tolerate_the_gpu_taint(stack, cis
             continue
         ds = obj["metadata"]["name"]
         assert ds in MUST_RUN_ON_GPU_NODES, f"{rel.resource}: {name(obj)}: decide whether it must run on GPU nodes"
-        absent = gpu_nodes - {n.name for n in rollouts.runs_on(spec, inventory)}
+        absent = gpu_nodes - {n.name for n in placement.runs_on(spec, inventory)}
         if absent:
             missing.append(f"{name(obj)} does not run on {sorted(absent)}")
     assert missing == []
     # The DaemonSets operators make from custom resources: the GPU Operator's and the CSI node plugins.
     (policy,) = release(stack, "gpu-operator", cis).of_kind("ClusterPolicy")
-    assert rollouts.tolerates(policy["spec"]["daemonsets"]["tolerations"], GPU_TAINT)
+    assert placement.tolerates(policy["spec"]["daemonsets"]["tolerations"], GPU_TAINT)
     drivers = release(stack, "ceph-csi-drivers", cis).of_kind("Driver")
-    assert drivers and all(rollouts.tolerates(d["spec"]["nodePlugin"]["tolerations"], GPU_TAINT) for d in drivers)
+    assert drivers and all(placement.tolerates(d["spec"]["nodePlugin"]["tolerations"], GPU_TAINT) for d in drivers)
 
 
 @variants
@@ -313,8 +313,8 @@ def test_ceph_daemons_do_not_tolerate_the_gpu_taint(stack, cis):
         if obj["kind"] not in ("CephCluster", "CephFilesystem"):
             continue
         spec = obj["spec"] if obj["kind"] == "CephCluster" else obj["spec"]["metadataServer"]
-        for role, placement in (spec.get("placement") or {"mds": spec.get("placement")}).items():
-            if rollouts.tolerates((placement or {}).get("tolerations") or [], GPU_TAINT):
+        for role, where in (spec.get("placement") or {"mds": spec.get("placement")}).items():
+            if placement.tolerates((where or {}).get("tolerations") or [], GPU_TAINT):
                 found.append(f"{name(obj)} placement {role}")
     assert found == []
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stacks import diff, review, rollouts
+from stacks import diff, placement, review, rollouts
 from tests.conftest import ROOT, evaluate, requires_upstream, stack_doc
 
 
@@ -28,12 +28,12 @@ def changed(mutate, stack: str = "prod") -> dict:
 
 
 def counts(plan: dict) -> dict[str, int]:
-    roles = [n.labels.get("ml-platform.io/role") for n in rollouts.nodes(plan)]
+    roles = [n.labels.get("ml-platform.io/role") for n in placement.nodes(plan)]
     return {"all": len(roles), "gpu": roles.count("gpu")}
 
 
 def test_inventory_gives_every_node_its_labels_and_taints(prod_base):
-    inventory = {n.name: n for n in rollouts.nodes(prod_base)}
+    inventory = {n.name: n for n in placement.nodes(prod_base)}
     assert len(inventory) == len(stack_doc("prod")["nodes"])
     gpu, server = inventory["gpu-01"], inventory["cpu-01"]
     assert gpu.taints == (("nvidia.com/gpu", "true", "NoSchedule"),)
@@ -180,11 +180,11 @@ def test_labels_and_taints_applied_through_the_api_count_too():
             "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]},
         },
     }
-    (alone,) = rollouts.nodes({"resources": [step]})
+    (alone,) = placement.nodes({"resources": [step]})
     assert alone.taints == () and alone.labels["ml-platform.io/role"] == "gpu"
-    (node,) = rollouts.nodes({"resources": [step, patch]})
+    (node,) = placement.nodes({"resources": [step, patch]})
     assert node.taints == (("nvidia.com/gpu", "true", "NoSchedule"),) and node.labels["team"] == "vision"
-    assert rollouts.runs_on({"tolerations": []}, [node]) == []
+    assert placement.runs_on({"tolerations": []}, [node]) == []
 
 
 @pytest.mark.parametrize(

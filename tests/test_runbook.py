@@ -9,8 +9,8 @@ from typing import Any
 
 from stacks import engine
 from stacks.plan import diff
+from tests.cluster.test_join_tokens import DEPLOYED
 from tests.conftest import ROOT, stack_doc
-from tests.test_join_tokens import DEPLOYED
 
 RUNBOOK = (ROOT / "docs" / "runbook.md").read_text()
 README = (ROOT / "README.md").read_text()

@@ -8,7 +8,7 @@ runbook fails here). The backup being restored is made by the backup job's own s
 What is stubbed: `pulumi` (prints the outputs in the shape `pulumi stack output --json --show-secrets`
 gives: plain values), `kubectl` (`exec` runs the command here with the pod's Secret, CA and volume
 mapped) and `scp`. `rclone serve s3` accepts each restore identity's key but has no policies: what
-each identity may read is checked against its MinIO policy in tests/test_minio_tier.py.
+each identity may read is checked against its MinIO policy in tests/minio/test_tier.py.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import minio_tier
+from components.minio import tier as minio_tier
 from settings import load
 from tests.conftest import ROOT, stack_doc
-from tests.s3server import serve_s3
-from tests.test_backup_rclone import Job
+from tests.minio.s3server import serve_s3
+from tests.minio.test_backup_rclone import Job
 
 RUNBOOK = (ROOT / "docs" / "runbook.md").read_text()
 STUBS = Path(__file__).parent / "stubs" / "restore"

@@ -208,7 +208,7 @@ def _lines(text: str) -> list[str]:
 
 
 def command_env(command: Any) -> dict[str, str]:
-    """The `NAME=value` parameters a host step's command passes to its script (components/remote.py)."""
+    """The `NAME=value` parameters a host step's command passes to its script (components/hosts/remote.py)."""
     if not isinstance(command, str) or " bash -c " not in command:
         return {}
     try:
@@ -271,7 +271,7 @@ def _changed_secrets(old: dict, new: dict, seen: list[Change]) -> list[Change]:
 
 
 def _dedupe_update(changes: list[Change]) -> list[Change]:
-    """A host step's `update` is its `create` (components/remote.py): show the change once."""
+    """A host step's `update` is its `create` (components/hosts/remote.py): show the change once."""
     create = next((c for c in changes if c.path == "inputs.create"), None)
     update = next((c for c in changes if c.path == "inputs.update"), None)
     if create and update and (create.old, create.new) == (update.old, update.new):

@@ -9,7 +9,7 @@ import yaml
 
 from stacks.diff.core import DangerClass, Entry, Sides, command_env, command_script
 
-# What a host step's delete does on the host, by its delete script (components/scripts/).
+# What a host step's delete does on the host, by its delete script (components/cluster/scripts/).
 DELETE_EFFECTS = {
     "node-remove.sh": "cordon + drain (PodDisruptionBudgets honoured) + delete the Node object",
     "rke2-uninstall.sh": "uninstall RKE2: removes /var/lib/rancher/rke2 (etcd data, images), /etc/rancher, CNI files",
@@ -17,7 +17,7 @@ DELETE_EFFECTS = {
 # Deletes that remove only the program's own files from the host (the certificate timer): no danger.
 OWN_FILES_ONLY = {"rke2-certificate-watch.sh"}
 # rke2-install.sh restarts the service when the config.yaml or registries.yaml it writes change. Its
-# RKE2_VERSION is only what a fresh host installs: the upgrade Plans (components/upgrades.py) upgrade.
+# RKE2_VERSION is only what a fresh host installs: the upgrade Plans (components/cluster/upgrades.py) upgrade.
 RKE2_RESTART_PARAMS = ("RKE2_CONFIG", "REGISTRIES_YAML")
 # RKE2 config keys fixed when the cluster is created: kube-controller-manager, kube-proxy/Cilium and every
 # Service's clusterIP are built on them; a running cluster cannot move to other ranges.

@@ -1,4 +1,4 @@
-"""Danger of an RKE2 upgrade (components/upgrades.py): which nodes drain, how many at a time, in which
+"""Danger of an RKE2 upgrade (components/cluster/upgrades.py): which nodes drain, how many at a time, in which
 order and when, computed from the Plans in the plan (their node selectors applied to the labels each
 node's membership step sets); what removing the Plans means; a bump that upgrades nothing."""
 
@@ -12,7 +12,7 @@ from stacks.diff.core import DangerClass, Sides, command_env
 NODE_PATCH = "kubernetes:core/v1:NodePatch"
 
 PLAN_TYPE = "kubernetes:upgrade.cattle.io/v1:Plan"
-# As components/upgrades.py names them (tests/test_upgrades.py keeps them equal); the diff reads plans,
+# As components/cluster/upgrades.py names them (tests/cluster/test_upgrades.py keeps them equal); the diff reads plans,
 # it does not import the program.
 SERVER_PLAN = "server-plan"
 POOLS = ("gpu", "storage", "cpu")

@@ -1,0 +1,214 @@
+"""What Zabbix watches and where it alerts, as tracked state: host groups, global macros, template
+imports, a host per node, NAS host and cluster service, alert media, channels and dashboards, each a
+dynamic-provider resource (`objects.py`) that works through the API user the bootstrap made."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pulumi
+
+from components.monitoring import objects as zbx
+from components.monitoring.config import (
+    CEPH_TEMPLATE,
+    CERT_TEMPLATE,
+    K8S_STATE_TEMPLATE,
+    KUBE_TEMPLATE,
+    LINUX_TEMPLATE,
+    MINIO_TEMPLATE,
+    PSK_IDENTITY,
+    channel_specs,
+    global_macros,
+    kubernetes_macros,
+    media_type_spec,
+    node_groups,
+    node_macros,
+    node_tags,
+    node_templates,
+    slug,
+    template_sources,
+    web_endpoint,
+)
+from components.monitoring.dashboards import dashboard_references, overview_dashboard, teams_dashboard
+from settings.monitoring import HOST_GROUPS, Channel
+
+if TYPE_CHECKING:
+    from components.monitoring.component import ZabbixMonitoringArgs
+
+
+def api_objects(
+    parent: pulumi.Resource,
+    name: str,
+    args: ZabbixMonitoringArgs,
+    url: str,
+    connection: pulumi.Output,
+    psk: pulumi.Output[str],
+    kube_token: Callable[[], pulumi.Output[str]],
+) -> list[str]:
+    """Every Zabbix object of the platform, children of `parent`; the names of the monitored hosts."""
+
+    def opts(*deps: pulumi.Resource) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=parent, depends_on=list(deps))
+
+    groups = {g: zbx.HostGroup(f"{name}-group-{slug(g)}", {"name": g}, connection, opts=opts()) for g in HOST_GROUPS}
+    macros = _global_macros(name, args, url, connection, opts)
+    needed = {
+        "gpu-dcgm": any(n.role == "gpu" for n in args.nodes),
+        "infiniband": any(n.infiniband for n in args.nodes),
+        "ceph-mgr": bool(args.ceph_namespace),
+        "minio": bool(args.nas_hosts),
+        "kubernetes": True,
+        "certificates": True,
+        "rke2-certificates": True,
+    }
+    # Each host waits for the groups and the platform's own templates it names (not every one of
+    # them: each `depends_on` edge costs the SDK a walk of its target's dependencies).
+    catalogue: dict[str, pulumi.Resource] = dict(groups)
+    for stem, (names, text) in template_sources().items():
+        if needed[stem]:
+            imported = zbx.TemplateImport(
+                f"{name}-template-{stem}", {"templates": names, "source": text}, connection, opts=opts(*macros)
+            )
+            catalogue.update(dict.fromkeys(names, imported))
+
+    def host_deps(spec: dict) -> list[pulumi.Resource]:
+        named = [catalogue[n] for n in (*spec["groups"], *spec["templates"]) if n in catalogue]
+        return list(dict.fromkeys(named))
+
+    psk_secrets = pulumi.Output.secret(psk.apply(lambda v: {"tls_psk_identity": PSK_IDENTITY, "tls_psk": v}))
+    nas_secrets = pulumi.Output.secret(
+        pulumi.Output.all(psk, args.secrets.minio_metrics_token or "").apply(
+            lambda v: {
+                "tls_psk_identity": PSK_IDENTITY,
+                "tls_psk": v[0],
+                "macros": [{"macro": "{$MINIO.METRICS.TOKEN}", "value": v[1]}] if v[1] else [],
+            }
+        )
+    )
+    hosts: list[str] = []
+    host_objects: list[pulumi.Resource] = []
+    web_checker = next((n.name for n in args.nodes if n.control_plane), None)
+    for node in args.nodes:
+        spec = {
+            "host": node.name,
+            "ip": node.address,
+            "groups": node_groups(node),
+            "templates": node_templates(node),
+            "tags": node_tags(node),
+            "macros": node_macros(node, web_endpoint(args) if node.name == web_checker else ()),
+        }
+        host_objects.append(
+            zbx.Host(f"{node.name}-zabbix-host", spec, connection, psk_secrets, opts=opts(*host_deps(spec)))
+        )
+        hosts.append(node.name)
+    for nas in args.nas_hosts:
+        spec = {
+            "host": nas.name,
+            "ip": nas.address,
+            "groups": ["ml-platform/nas"],
+            "templates": [LINUX_TEMPLATE, MINIO_TEMPLATE, CERT_TEMPLATE],
+            "tags": [{"tag": "role", "value": "nas"}, {"tag": "storage", "value": "minio"}],
+            "macros": [
+                {"macro": "{$MINIO.PORT}", "value": str(args.minio_port)},
+                {"macro": "{$CERT.ENDPOINTS}", "value": f"{nas.address}:{args.minio_port}"},
+            ],
+        }
+        host_objects.append(
+            zbx.Host(f"{nas.name}-zabbix-host", spec, connection, nas_secrets, opts=opts(*host_deps(spec)))
+        )
+        hosts.append(nas.name)
+    hosts += _cluster_hosts(name, args, connection, opts, host_deps, host_objects, kube_token)
+    _alerting(name, args, connection, opts, list(groups.values()))
+    named = dict(groups)
+    named.update(zip(hosts, host_objects, strict=True))  # same order: nodes, NAS, cluster hosts
+    _dashboards(name, args, connection, opts, named)
+    return hosts
+
+
+def _dashboards(name, args, connection, opts, named: dict[str, pulumi.Resource]) -> None:
+    """The platform overview and the per-team GPU view. Each waits for the hosts and groups its
+    widgets name, and only those: a node no widget shows changes nothing here."""
+    ceph = f"{args.cluster_name}-ceph" if args.ceph_namespace else None
+    overview = overview_dashboard(args.nodes, bool(args.nas_hosts), f"{args.cluster_name}-kubernetes", ceph)
+    teams = teams_dashboard(args.teams, args.nodes)
+    for label, spec in (("overview", overview), ("teams", teams)):
+        if spec:
+            deps = [named[n] for n in sorted(dashboard_references(spec))]
+            zbx.Dashboard(f"{name}-dashboard-{label}", spec, connection, opts=opts(*deps))
+
+
+def _global_macros(name, args, url, connection, opts) -> list[pulumi.Resource]:
+    return [
+        zbx.GlobalMacro(
+            f"{name}-macro-{slug(macro)}",
+            {"macro": macro, "value": value, "description": f"{text} (ml-platform settings)"},
+            connection,
+            opts=opts(),
+        )
+        for macro, (value, text) in global_macros(args.monitoring, url).items()
+    ]
+
+
+def _cluster_hosts(name, args, connection, opts, deps, created: list, kube_token) -> list[str]:
+    """Hosts without an agent: the Kubernetes cluster (state template, SA token) and Ceph."""
+    token = kube_token()
+    kube = f"{args.cluster_name}-kubernetes"
+    spec = {
+        "host": kube,
+        "groups": ["ml-platform/kubernetes"],
+        "templates": [K8S_STATE_TEMPLATE, KUBE_TEMPLATE],
+        "tags": [],
+        "macros": kubernetes_macros(args),
+    }
+    kube_host = zbx.Host(
+        f"{name}-host-kubernetes",
+        spec,
+        connection,
+        pulumi.Output.secret(token.apply(lambda v: {"macros": [{"macro": "{$KUBE.API.TOKEN}", "value": v}]})),
+        opts=opts(*deps(spec)),
+    )
+    created.append(kube_host)
+    hosts = [kube]
+    if args.ceph_namespace:
+        ceph = f"{args.cluster_name}-ceph"
+        url = f"http://rook-ceph-mgr.{args.ceph_namespace}.svc:9283/metrics"
+        spec = {
+            "host": ceph,
+            "groups": ["ml-platform/ceph-storage"],
+            "templates": [CEPH_TEMPLATE],
+            "tags": [{"tag": "storage", "value": "ceph"}],
+            "macros": [{"macro": "{$CEPH.METRICS.URL}", "value": url}],
+        }
+        created.append(zbx.Host(f"{name}-host-ceph", spec, connection, opts=opts(*deps(spec))))
+        hosts.append(ceph)
+    return hosts
+
+
+def _alerting(name, args, connection, opts, groups) -> None:
+    alerting = args.monitoring.alerting
+    kinds = {c.type for c in alerting.channels}
+    tokens = {"slack": args.secrets.slack_bot_token, "mattermost": args.secrets.mattermost_bot_token}
+    media: dict[str, pulumi.Resource] = {
+        kind: zbx.MediaType(
+            f"{name}-media-{kind}",
+            media_type_spec(kind, alerting.mattermost_url),
+            connection,
+            pulumi.Output.secret(pulumi.Output.from_input(tokens[kind]).apply(lambda v: {"bot_token": v})),
+            opts=opts(),
+        )
+        for kind in ("slack", "mattermost")
+        if kind in kinds
+    }
+    for channel in alerting.channels:
+        _channel(name, channel, connection, opts, [media[channel.type], *groups])
+
+
+def _channel(name: str, channel: Channel, connection, opts, deps) -> None:
+    """One channel: a user group that cannot log in, its user with the channel as media, and an
+    action sending problems from the channel's host groups at or above its severity."""
+    label = f"alerts-{channel.name}"
+    group_spec, user_spec, action_spec = channel_specs(channel)
+    group = zbx.UserGroup(f"{name}-{label}-group", group_spec, connection, opts=opts(*deps))
+    user = zbx.User(f"{name}-{label}-user", user_spec, connection, opts=opts(group, *deps))
+    zbx.Action(f"{name}-{label}-action", action_spec, connection, opts=opts(group, user, *deps))

