@@ -244,6 +244,13 @@ THRESHOLD_MACROS = {
     "{$IB.RATE.MIN}": ("ib_min_rate_gbps", "InfiniBand rate below which a link is degraded (Gb/s)"),
     "{$KUBE.NODE.CORDONED.MAX}": ("node_cordoned_max_minutes", "How long a node may stay cordoned"),
     "{$CERT.EXPIRY.WARN}": ("certificate_expiry_days", "Certificate expiry warning (seconds)"),
+    "{$KUEUE.PENDING.MAX}": ("queue_pending_max_minutes", "How long a workload may wait while its queue's quota idles"),
+    "{$KUEUE.QUOTA.IDLE.PCT}": ("queue_quota_idle_percent", "Quota use (%) under which a ClusterQueue counts as idle"),
+    "{$KUEUE.EVICTIONS.MAX}": ("queue_evictions_per_hour", "Evictions per hour of a ClusterQueue that alert"),
+    "{$KUEUE.BORROWED.GPUS.MAX}": ("queue_borrowed_gpus", "GPUs a ClusterQueue may borrow before a long borrowing alerts"),
+    "{$KUEUE.BORROWING.PERIOD}": ("queue_borrowing_minutes", "How long a ClusterQueue may borrow that much"),
+    "{$GPU.IDLE.UTIL.MAX}": ("gpu_idle_percent", "Utilisation (%) under which an allocated GPU is idle"),
+    "{$GPU.IDLE.PERIOD}": ("gpu_idle_minutes", "How long an allocated GPU may stay idle"),
 }
 # Host macros the platform sets per host from settings -> where their value comes from.
 HOST_MACRO_SOURCES = {
@@ -261,7 +268,7 @@ def global_macros(mon: MonitoringSettings, url: str) -> dict[str, tuple[str, str
     values: dict[str, tuple[str, str]] = {}
     for macro, (field, text) in THRESHOLD_MACROS.items():
         value = getattr(t, field)
-        if field == "node_cordoned_max_minutes":
+        if field.endswith("_minutes"):  # a Zabbix time suffix: triggers compare periods and seconds with it
             value = f"{value}m"
         elif field == "certificate_expiry_days":
             value = value * 86400
