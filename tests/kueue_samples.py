@@ -35,13 +35,15 @@ def with_value(text: str, series: str, value: str) -> str:
 
 def gpu_usage(cq: str, gpus: int) -> str:
     """The sample with ClusterQueue `cq`'s GPU usage on the H100 flavor set to `gpus`."""
-    labels = f'cluster_queue="{cq}",cohort="ml-platform",flavor="{H100}",replica_role="leader",resource="nvidia.com/gpu"'
+    labels = f'cluster_queue="{cq}",cohort="ml-platform",flavor="{H100}",replica_role="leader",'
+    labels += 'resource="nvidia.com/gpu"'
     return with_value(KUEUE, f"kueue_cluster_queue_resource_usage{{{labels}}}", str(gpus))
 
 
 def evictions(count: int) -> str:
     """The sample with vision's PodsReadyTimeout evictions of class research at `count` (6 in the file)."""
-    labels = 'cluster_queue="vision",priority_class="research",reason="PodsReadyTimeout",replica_role="leader",underlying_cause=""'
+    labels = 'cluster_queue="vision",priority_class="research",reason="PodsReadyTimeout",replica_role="leader",'
+    labels += 'underlying_cause=""'
     return with_value(KUEUE, f"kueue_evicted_workloads_total{{{labels}}}", str(count))
 
 
@@ -96,8 +98,9 @@ def dcgm_pods(utilisation: dict[int, float], pods: dict[int, tuple[str, str]]) -
     lines = ["# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).", "# TYPE DCGM_FI_DEV_GPU_UTIL gauge"]
     for gpu, value in utilisation.items():
         labels = (
-            f'gpu="{gpu}",UUID="GPU-0000000{gpu}-7953-256e-8f33-1343419b1a1c",pci_bus_id="00000000:{18 + gpu:02X}:00.0",'
-            f'device="nvidia{gpu}",modelName="NVIDIA H100 80GB HBM3",Hostname="gpu-01",DCGM_FI_DRIVER_VERSION="580.105.08"'
+            f'gpu="{gpu}",UUID="GPU-0000000{gpu}-7953-256e-8f33-1343419b1a1c",'
+            f'pci_bus_id="00000000:{18 + gpu:02X}:00.0",device="nvidia{gpu}",modelName="NVIDIA H100 80GB HBM3",'
+            'Hostname="gpu-01",DCGM_FI_DRIVER_VERSION="580.105.08"'
         )
         if gpu in pods:
             namespace, pod = pods[gpu]

@@ -155,10 +155,11 @@ def test_a_clusterqueue_evicting_repeatedly_fires_and_resolves(api):
     """{$KUEUE.EVICTIONS.PERIOD} is 1m here (1h shipped); 5 or more evictions in it fire (prod default)."""
     name, hostid = host(api, KUEUE, {"{$KUEUE.EVICTIONS.PERIOD}": "1m"})
     values(api, hostid, feed=lambda: feed_kueue(api, name, s.evictions(6)), want=("kueue.cq.evictions[vision]",))
-    fired = wait_for(api, hostid, "vision: 5 or more evictions", PROBLEM, feed=lambda: feed_kueue(api, name, s.evictions(13)))
+    thirteen = lambda: feed_kueue(api, name, s.evictions(13))  # noqa: E731
+    fired = wait_for(api, hostid, "vision: 5 or more evictions", PROBLEM, feed=thirteen)
     assert fired == "ClusterQueue vision: 5 or more evictions in 1m"
     assert triggers(api, hostid)["ClusterQueue research: 5 or more evictions in 1m"]["value"] == OK
-    wait_for(api, hostid, "vision: 5 or more evictions", OK, timeout=150, feed=lambda: feed_kueue(api, name, s.evictions(13)))
+    wait_for(api, hostid, "vision: 5 or more evictions", OK, timeout=150, feed=thirteen)
 
 
 def test_a_team_borrowing_above_the_threshold_for_long_fires_and_resolves(api):
@@ -187,7 +188,8 @@ def test_an_idle_gpu_held_by_a_pod_fires_for_its_namespace_and_a_free_idle_gpu_d
     name, hostid = host(api, [GPU_TEMPLATE], {"{$GPU.IDLE.PERIOD}": "1m", "{$GPU.COUNT.EXPECTED}": "3"})
     pods = {0: ("llm-train", "pretrain-0"), 1: ("vision", "resnet-1")}
     idle = s.dcgm_pods({0: 0, 1: 93, 2: 0}, pods)
-    items = values(api, hostid, feed=lambda: push(api, name, "dcgm.metrics", idle), want=("dcgm.gpu.pod.util[0,llm-train,pretrain-0]",))
+    first = "dcgm.gpu.pod.util[0,llm-train,pretrain-0]"
+    items = values(api, hostid, feed=lambda: push(api, name, "dcgm.metrics", idle), want=(first,))
     assert {k for k in items if k.startswith("dcgm.gpu.pod.util[")} == {
         "dcgm.gpu.pod.util[0,llm-train,pretrain-0]",
         "dcgm.gpu.pod.util[1,vision,resnet-1]",
@@ -211,7 +213,8 @@ def test_a_pod_that_just_got_its_gpu_is_not_idle_yet(api):
     """No value a period ago: a job that is still loading its data does not alert in its first period."""
     name, hostid = host(api, [GPU_TEMPLATE], {"{$GPU.IDLE.PERIOD}": "1m", "{$GPU.COUNT.EXPECTED}": "1"})
     fresh = s.dcgm_pods({0: 0}, {0: ("vision", "just-started")})
-    values(api, hostid, feed=lambda: push(api, name, "dcgm.metrics", fresh), want=("dcgm.gpu.pod.util[0,vision,just-started]",))
+    key = "dcgm.gpu.pod.util[0,vision,just-started]"
+    values(api, hostid, feed=lambda: push(api, name, "dcgm.metrics", fresh), want=(key,))
     for _ in range(10):
         push(api, name, "dcgm.metrics", fresh)
         time.sleep(2)
