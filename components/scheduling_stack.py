@@ -409,6 +409,9 @@ def kueue_manager_config(sched: SchedulingSettings, unaccounted_resources: Seque
         },
         "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]},
         "integrations": {"frameworks": kueue_frameworks(sched.training_operators)},
+        # Quota, usage and limits per ClusterQueue in the metrics (kueue_cluster_queue_nominal_quota,
+        # _resource_usage, _lending_limit, ...; apis/config/v1beta2/configuration_types.go): Zabbix reads them.
+        "metrics": {**KUEUE_CHART_MANAGER_CONFIG["metrics"], "enableClusterQueueResources": True},
     }
     if unaccounted_resources:
         # Without this, a pod requesting `rdma/ib` is inadmissible: no ClusterQueue covers it.

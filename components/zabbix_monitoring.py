@@ -33,7 +33,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 import yaml
 
-from components import pki
+from components import pki, queue_monitoring
 from components import zabbix_objects as zbx
 from components.common import Wiring
 from components.helm import release
@@ -95,6 +95,7 @@ class ZabbixMonitoringArgs:
     etcd_snapshots: EtcdSnapshots = EtcdSnapshots()
     minio_port: int = 9000
     teams: Sequence[Team] = ()  # the per-team GPU view: a page per team with a GPU quota
+    kueue_namespace: str = "kueue-system"  # where Kueue's metrics Service is (the <cluster>-kueue host)
 
 
 def web_url(mon: MonitoringSettings, api_endpoint: str) -> str:
@@ -247,7 +248,10 @@ THRESHOLD_MACROS = {
     "{$KUEUE.PENDING.MAX}": ("queue_pending_max_minutes", "How long a workload may wait while its queue's quota idles"),
     "{$KUEUE.QUOTA.IDLE.PCT}": ("queue_quota_idle_percent", "Quota use (%) under which a ClusterQueue counts as idle"),
     "{$KUEUE.EVICTIONS.MAX}": ("queue_evictions_per_hour", "Evictions per hour of a ClusterQueue that alert"),
-    "{$KUEUE.BORROWED.GPUS.MAX}": ("queue_borrowed_gpus", "GPUs a ClusterQueue may borrow before a long borrowing alerts"),
+    "{$KUEUE.BORROWED.GPUS.MAX}": (
+        "queue_borrowed_gpus",
+        "GPUs a ClusterQueue may borrow before a long borrowing alerts",
+    ),
     "{$KUEUE.BORROWING.PERIOD}": ("queue_borrowing_minutes", "How long a ClusterQueue may borrow that much"),
     "{$GPU.IDLE.UTIL.MAX}": ("gpu_idle_percent", "Utilisation (%) under which an allocated GPU is idle"),
     "{$GPU.IDLE.PERIOD}": ("gpu_idle_minutes", "How long an allocated GPU may stay idle"),
@@ -596,6 +600,8 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             "kubernetes": True,
             "certificates": True,
             "rke2-certificates": True,
+            "kueue": True,
+            "kueue-details": True,
         }
         # Each host waits for the groups and the platform's own templates it names (not every one of
         # them: each `depends_on` edge costs the SDK a walk of its target's dependencies).
@@ -714,6 +720,12 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             }
             created.append(zbx.Host(f"{name}-host-ceph", spec, connection, opts=opts(*deps(spec))))
             hosts.append(ceph)
+        spec = queue_monitoring.kueue_host_spec(args.cluster_name, args.kueue_namespace)
+        reader = queue_monitoring.kueue_reader_token(
+            name, args.monitoring.namespace, args.wiring.in_cluster, self, self.ready
+        )
+        created.append(queue_monitoring.kueue_host(name, spec, reader, connection, opts(*deps(spec))))
+        hosts.append(spec["host"])
         return hosts
 
     def _alerting(self, name, args, connection, opts, groups) -> None:

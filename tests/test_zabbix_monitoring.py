@@ -231,7 +231,7 @@ def test_nas_script_is_idempotent_and_never_prints_the_psk():
 def test_every_node_and_nas_host_is_a_zabbix_host(prod_plan):
     doc = stack_doc("prod")
     expected = {n["name"] for n in doc["nodes"]} | {h["name"] for h in doc["nas"]["hosts"]}
-    expected |= {"ml-prod-kubernetes", "ml-prod-ceph"}
+    expected |= {"ml-prod-kubernetes", "ml-prod-ceph", "ml-prod-kueue"}
     hosts = {r["inputs"]["spec"]["host"] for r in zabbix_objects(prod_plan, "Host")}
     assert hosts == expected
     assert set(prod_plan.outputs["monitoredHosts"]) == expected
