@@ -300,6 +300,8 @@ def test_platform_templates_are_imported(prod_plan):
         "ml-platform GPU by DCGM exporter",
         "ml-platform InfiniBand by sysfs",
         "ml-platform Kubernetes platform state",
+        "ml-platform Kueue ClusterQueues by HTTP",
+        "ml-platform Kueue queue details by HTTP",
         "ml-platform MinIO by HTTP",
         "ml-platform RKE2 certificate files",
         "ml-platform TLS certificates by agent 2",
