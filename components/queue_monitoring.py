@@ -14,12 +14,14 @@ macro {$KUEUE.TOKEN}, as the Kubernetes host's {$KUBE.API.TOKEN} does.
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components import zabbix_objects as zbx
+from settings.scheduling import Team
 
 READER = "zabbix-kueue-reader"  # ServiceAccount, ClusterRole and ClusterRoleBinding
 READER_TOKEN = "zabbix-kueue-reader-token"
@@ -102,3 +104,14 @@ def kueue_host(
 
 def _token(data: Optional[dict]) -> str:
     return base64.b64decode((data or {}).get("token", "")).decode()
+
+
+def team_event_tags(names: Sequence[str], teams: Sequence[Team]) -> list[dict[str, str]]:
+    """The event tags of a team's problems: its ClusterQueue (named like the team; the queue templates'
+    `cluster_queue` tag) and each of its namespaces (`namespace`: its LocalQueues, its pods' idle GPUs)."""
+    tags = []
+    for team in teams:
+        if team.name in names:
+            tags.append({"tag": "cluster_queue", "value": team.name})
+            tags += [{"tag": "namespace", "value": ns} for ns in team.namespace_names]
+    return tags

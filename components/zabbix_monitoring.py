@@ -744,13 +744,13 @@ class ZabbixMonitoring(pulumi.ComponentResource):
             if kind in kinds
         }
         for channel in alerting.channels:
-            self._channel(name, channel, connection, opts, [media[channel.type], *groups])
+            self._channel(name, channel, connection, opts, [media[channel.type], *groups], args.teams)
 
-    def _channel(self, name: str, channel: Channel, connection, opts, deps) -> None:
+    def _channel(self, name: str, channel: Channel, connection, opts, deps, teams: Sequence[Team] = ()) -> None:
         """One channel: a user group that cannot log in, its user with the channel as media, and an
         action sending problems from the channel's host groups at or above its severity."""
         label = f"alerts-{channel.name}"
-        group_spec, user_spec, action_spec = channel_specs(channel)
+        group_spec, user_spec, action_spec = channel_specs(channel, teams)
         group = zbx.UserGroup(f"{name}-{label}-group", group_spec, connection, opts=opts(*deps))
         user = zbx.User(f"{name}-{label}-user", user_spec, connection, opts=opts(group, *deps))
         zbx.Action(f"{name}-{label}-action", action_spec, connection, opts=opts(group, user, *deps))
@@ -767,7 +767,9 @@ def media_type_spec(kind: str, mattermost_url: Optional[str]) -> dict[str, Any]:
     }
 
 
-def channel_specs(channel: Channel) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def channel_specs(
+    channel: Channel, teams: Sequence[Team] = ()
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """A channel's user group (no UI login), user (the channel as its media) and action (problems from
     the channel's host groups at or above its severity)."""
     label = f"alerts-{channel.name}"
@@ -789,6 +791,8 @@ def channel_specs(channel: Channel) -> tuple[dict[str, Any], dict[str, Any], dic
         "user_group": label,
         "mediatype": mediatype,
     }
+    if channel.teams:  # a team's channel: only its queues' and idle GPUs' problems (their event tags)
+        action["event_tags"] = queue_monitoring.team_event_tags(channel.teams, teams)
     return group, user, action
 
 

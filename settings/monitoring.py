@@ -130,6 +130,10 @@ class Channel(Model):
     min_severity: Severity = Field(default="average", description="Lowest severity sent: " + ", ".join(SEVERITIES))
     host_groups: list[str] = []
     """Host groups whose problems are sent (names from docs/monitoring.md); [] = all."""
+    teams: list[Name] = []
+    """A team's channel: only problems about these teams (scheduling.teams names) are sent: their queues (ClusterQueue
+    named like the team, LocalQueues in its namespaces) and GPUs their pods hold idle (docs/teams.md); [] = no such
+    limit."""
 
 
 class AlertingSettings(Model):
