@@ -33,7 +33,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 import yaml
 
-from components import pki, queue_monitoring
+from components import pki, queue_dashboards, queue_monitoring
 from components import zabbix_objects as zbx
 from components.common import Wiring
 from components.helm import release
@@ -672,7 +672,10 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         ceph = f"{args.cluster_name}-ceph" if args.ceph_namespace else None
         overview = overview_dashboard(args.nodes, bool(args.nas_hosts), f"{args.cluster_name}-kubernetes", ceph)
         teams = teams_dashboard(args.teams, args.nodes)
-        for label, spec in (("overview", overview), ("teams", teams)):
+        kueue, idle = f"{args.cluster_name}-kueue", args.monitoring.thresholds.gpu_idle_percent
+        queues = queue_dashboards.queues_dashboard(kueue, idle)
+        team_queues = queue_dashboards.team_queues_dashboard(args.teams, kueue, idle)
+        for label, spec in (("overview", overview), ("teams", teams), ("queues", queues), ("team-queues", team_queues)):
             if spec:
                 deps = [named[n] for n in sorted(dashboard_references(spec))]
                 zbx.Dashboard(f"{name}-dashboard-{label}", spec, connection, opts=opts(*deps))
