@@ -6,7 +6,8 @@
 # make test-fast                         every test that starts no real server (pytest -m "not real_server"):
 #                                        no root, no package mirror, any OS with Python 3.11+
 # make lint                              ruff
-# make screenshot                        docs/img/zabbix-dashboard.png and zabbix-teams.png: the dashboards in the real
+# make screenshot                        docs/img/zabbix-dashboard.png, zabbix-teams.png, zabbix-queues.png and
+#                                        zabbix-team-queues.png: the dashboards in the real
 #                                        Zabbix 7.0 frontend with test data (root; installs Debian's chromium)
 # make docs                              regenerate docs/settings.md, docs/stack-config.schema.json, docs/air-gap.md,
 #                                        docs/architecture.md (diagrams from the prod plan)
@@ -57,6 +58,7 @@ images: $(VENV)/.dev
 # renders the same dashboard in `make test`.
 screenshot: $(VENV)/.dev
 	$(PY) -m tests.monitoring.dashboard_screenshot
+	$(PY) -m tests.monitoring.queue_screenshot
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .

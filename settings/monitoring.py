@@ -99,6 +99,21 @@ class Thresholds(Model):
     """Days before a watched TLS certificate expires that it alerts."""
     etcd_snapshot_margin_minutes: int = Field(default=30, ge=5, le=1440)
     """An etcd snapshot is too old after the schedule's longest interval plus this margin."""
+    queue_pending_max_minutes: int = Field(default=60, ge=5, le=10080)
+    """How long a queue's oldest pending workload may wait while its ClusterQueue uses under queueQuotaIdlePercent of
+    its quota before it alerts (quota is then not the reason: misconfiguration or unschedulable)."""
+    queue_quota_idle_percent: int = Field(default=50, ge=1, le=100)
+    """A ClusterQueue whose most used flavor and resource is under this share of its nominal quota counts as idle."""
+    queue_evictions_per_hour: int = Field(default=5, ge=1, le=10000)
+    """Evictions of one ClusterQueue's workloads in an hour (any reason) that alert."""
+    queue_borrowed_gpus: int = Field(default=8, ge=0, le=100000)
+    """GPUs a ClusterQueue may borrow from its cohort above its nominal quota before a long borrowing alerts."""
+    queue_borrowing_minutes: int = Field(default=240, ge=5, le=10080)
+    """How long a ClusterQueue may borrow more than queueBorrowedGpus before it alerts."""
+    gpu_idle_percent: int = Field(default=5, ge=1, le=100)
+    """Utilisation under which a GPU allocated to a pod counts as idle."""
+    gpu_idle_minutes: int = Field(default=60, ge=5, le=10080)
+    """How long a GPU allocated to a pod may stay idle before its team is told (severity information)."""
 
 
 class Channel(Model):
@@ -115,6 +130,10 @@ class Channel(Model):
     min_severity: Severity = Field(default="average", description="Lowest severity sent: " + ", ".join(SEVERITIES))
     host_groups: list[str] = []
     """Host groups whose problems are sent (names from docs/monitoring.md); [] = all."""
+    teams: list[Name] = []
+    """A team's channel: only problems about these teams (scheduling.teams names) are sent: their queues (ClusterQueue
+    named like the team, LocalQueues in its namespaces) and GPUs their pods hold idle (docs/teams.md); [] = no such
+    limit."""
 
 
 class AlertingSettings(Model):

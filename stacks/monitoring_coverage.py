@@ -12,6 +12,7 @@ from pydantic.alias_generators import to_camel
 
 from components.monitoring.config import HOST_MACRO_SOURCES, TEMPLATES, THRESHOLD_MACROS
 from components.monitoring.dashboards import GROUP, HOST, overview_dashboard, teams_dashboard
+from components.monitoring.queue_dashboards import queues_dashboard, team_queues_dashboard
 from settings import load
 
 PROD = Path(__file__).resolve().parent.parent / "Pulumi.prod.yaml"
@@ -25,6 +26,8 @@ WHERE = {
     "ceph-mgr": "`<cluster>-ceph`",
     "minio": "NAS hosts",
     "kubernetes": "`<cluster>-kubernetes`",
+    "kueue": "`<cluster>-kueue`",
+    "kueue-details": "`<cluster>-kueue`",
 }
 
 
@@ -80,6 +83,9 @@ def _dashboards() -> list[str]:
     cluster = settings.cluster.name
     specs = [overview_dashboard(settings.nodes, bool(settings.nas.hosts), f"{cluster}-kubernetes", f"{cluster}-ceph")]
     specs.append(teams_dashboard(settings.scheduling.teams, settings.nodes))
+    idle = settings.monitoring.thresholds.gpu_idle_percent
+    specs.append(queues_dashboard(f"{cluster}-kueue", idle))
+    specs.append(team_queues_dashboard(settings.scheduling.teams, f"{cluster}-kueue", idle))
     lines = [
         "",
         "## Dashboards",

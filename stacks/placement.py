@@ -23,7 +23,7 @@ class Node:
 
 
 def _command_env(command: Any) -> dict[str, str]:
-    """The `NAME=value` parameters of a host step's command (components/remote.py: `... env A=1 bash -c`)."""
+    """The `NAME=value` parameters of a host step's command (components/hosts/remote.py: `... env A=1 bash -c`)."""
     if not isinstance(command, str) or " bash -c " not in command:
         return {}
     tokens = shlex.split(command.partition(" bash -c ")[0])

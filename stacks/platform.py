@@ -232,6 +232,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             etcd_snapshots=settings.cluster.etcd_snapshots,
             minio_port=settings.storage.minio.port,
             teams=settings.scheduling.teams,
+            kueue_namespace=settings.scheduling.kueue_namespace,
         ),
     )
     backup_sources = settings.storage.minio.backup.sources

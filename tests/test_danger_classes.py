@@ -221,11 +221,17 @@ def test_review_exit_status_orders_refusal_before_failure():
 
 def test_reads_are_in_the_plan_and_the_review(prod_base):
     reads = prod_base["reads"]
-    assert [(r["type"], r["id"]) for r in reads] == [("kubernetes:core/v1:Secret", "monitoring/zabbix-api-token")]
+    assert [(r["type"], r["id"]) for r in reads] == [
+        ("kubernetes:core/v1:Secret", "monitoring/zabbix-api-token"),
+        ("kubernetes:core/v1:Secret", "monitoring/zabbix-kueue-reader-token"),
+    ]
     assert reads[0]["dependencies"], "the read waits for the Secret the program creates"
     empty = {"project": "ml-platform", "stack": "prod", "resources": [], "outputs": {}}
     text = diff.render_text(diff.compare(empty, prod_base))
     assert "+ read monitoring-api-token-read [kubernetes:core/v1:Secret] id monitoring/zabbix-api-token" in text
     moved = json.loads(evaluate("prod", lambda raw: raw["monitoring"].update({"namespace": "zabbix"})).to_json())
     changed = diff.compare(prod_base, moved).reads
-    assert changed == ["~ read monitoring-api-token-read [kubernetes:core/v1:Secret] id zabbix/zabbix-api-token"]
+    assert changed == [
+        "~ read monitoring-api-token-read [kubernetes:core/v1:Secret] id zabbix/zabbix-api-token",
+        "~ read monitoring-kueue-reader-token-read [kubernetes:core/v1:Secret] id zabbix/zabbix-kueue-reader-token",
+    ]

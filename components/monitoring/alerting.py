@@ -8,7 +8,7 @@ from components.monitoring.api import first, ids_of, names_of
 # Zabbix API enums (7.0 API reference).
 _PERMISSION_READ = 2
 _GUI_DISABLED = 3
-_CONDITION_HOST_GROUP, _CONDITION_SEVERITY = 0, 4
+_CONDITION_HOST_GROUP, _CONDITION_SEVERITY, _CONDITION_TAG_VALUE = 0, 4, 26
 _OPERATOR_EQUAL, _OPERATOR_AT_LEAST = 0, 5
 _OPERATION_MESSAGE, _OPERATION_NOTIFY_ALL = 0, 11
 _ALWAYS = "1-7,00:00-24:00"
@@ -142,6 +142,15 @@ class ActionKind:
             {"conditiontype": _CONDITION_HOST_GROUP, "operator": _OPERATOR_EQUAL, "value": g}
             for g in ids_of(api, "hostgroup", "groupid", "name", spec["host_groups"])
         ]
+        conditions += [  # any of the tags (conditions of one type are or-ed, the types and-ed)
+            {
+                "conditiontype": _CONDITION_TAG_VALUE,
+                "operator": _OPERATOR_EQUAL,
+                "value2": t["tag"],
+                "value": t["value"],
+            }
+            for t in spec.get("event_tags", [])
+        ]
         group = ids_of(api, "usergroup", "usrgrpid", "name", [spec["user_group"]])[0]
         media = ids_of(api, "mediatype", "mediatypeid", "name", [spec["mediatype"]])[0]
         return {
@@ -173,12 +182,19 @@ class ActionKind:
         conditions = row["filter"]["conditions"]
         severity = [c["value"] for c in conditions if c["conditiontype"] == str(_CONDITION_SEVERITY)]
         groups = [c["value"] for c in conditions if c["conditiontype"] == str(_CONDITION_HOST_GROUP)]
+        tags = [
+            {"tag": c["value2"], "value": c["value"]}
+            for c in conditions
+            if c["conditiontype"] == str(_CONDITION_TAG_VALUE)
+        ]
         op = row["operations"][0] if row["operations"] else {}
         spec = {
             "name": row["name"],
             "min_severity": int(severity[0]) if severity else 0,
             "host_groups": names_of(api, "hostgroup", "groupid", "name", groups),
         }
+        if tags:
+            spec["event_tags"] = sorted(tags, key=lambda tag: (tag["tag"], tag["value"]))
         if op.get("opmessage_grp"):
             spec["user_group"] = names_of(api, "usergroup", "usrgrpid", "name", [op["opmessage_grp"][0]["usrgrpid"]])[0]
             spec["mediatype"] = names_of(api, "mediatype", "mediatypeid", "name", [op["opmessage"]["mediatypeid"]])[0]

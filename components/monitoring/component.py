@@ -9,7 +9,7 @@ Three halves:
 - hosts: agent 2 on each NAS host over SSH (`zabbix-agent2-nas.sh`), active checks to the server's
   NodePort, PSK-encrypted;
 - API: the chart's default Admin/zabbix is replaced on the first `up`, the program then works as its
-  own API user with a token (`components/zabbix_objects.py`), and every host group, macro, template,
+  own API user with a token (`objects.py`), and every host group, macro, template,
   host, media type, alert user/group and action is a Pulumi resource.
 
 Server HA is off on purpose: chart 7.0.12 renders the HA label sidecar only when the agent runs as
@@ -83,6 +83,7 @@ class ZabbixMonitoringArgs:
     etcd_snapshots: EtcdSnapshots = EtcdSnapshots()
     minio_port: int = 9000
     teams: Sequence[Team] = ()  # the per-team GPU view: a page per team with a GPU quota
+    kueue_namespace: str = "kueue-system"  # where Kueue's metrics Service is (the <cluster>-kueue host)
 
 
 class ZabbixMonitoring(pulumi.ComponentResource):
@@ -122,7 +123,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         self.api_token = bootstrap.token
         connection = pulumi.Output.secret({"url": f"{self.url}/api_jsonrpc.php", "token": bootstrap.token, "ca": ca})
         self.monitored_hosts = api_objects(
-            self, name, args, self.url, connection, psk, lambda: self._kube_token(name, args)
+            self, name, args, self.url, connection, psk, lambda: self._kube_token(name, args), self.ready
         )
         self.register_outputs(
             {"url": self.url, "apiUser": self.api_user, "caCert": self.ca_cert, "monitoredHosts": self.monitored_hosts}

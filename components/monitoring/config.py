@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any, Optional
 import yaml
 
 from components.cluster.upgrades import NAMESPACE as UPGRADE_NAMESPACE
+from components.monitoring import queues
 from settings import MonitoringSettings, NodeSettings
 from settings.monitoring import HOST_GROUPS, SEVERITIES, Channel
+from settings.scheduling import Team
 from settings.storage import BACKUP_NAMESPACE  # where the backup Jobs write backup-status-<source>
 
 if TYPE_CHECKING:
@@ -31,7 +33,7 @@ PSK_DIR = "/var/lib/zabbix/enc"  # the zabbix-agent2 image's directory for TLS f
 AGENT_GROUP = 1995  # the zabbix group of the zabbix/zabbix-agent2 image (its user is uid 1997)
 ZABBIX_FILES = Path(__file__).parent
 TEMPLATES = ZABBIX_FILES / "templates"
-USERPARAMETERS = "zabbix-agent-userparameters"  # ConfigMap with components/zabbix/agent2-userparameters.conf
+USERPARAMETERS = "zabbix-agent-userparameters"  # ConfigMap with agent2-userparameters.conf (beside this module)
 USERPARAMETERS_DIR = "/etc/zabbix/zabbix_agentd.d"  # the directory the image's entrypoint includes
 LINUX_TEMPLATE = "Linux by Zabbix agent active"
 K8S_STATE_TEMPLATE = "Kubernetes cluster state by HTTP"
@@ -189,6 +191,16 @@ THRESHOLD_MACROS = {
     "{$IB.RATE.MIN}": ("ib_min_rate_gbps", "InfiniBand rate below which a link is degraded (Gb/s)"),
     "{$KUBE.NODE.CORDONED.MAX}": ("node_cordoned_max_minutes", "How long a node may stay cordoned"),
     "{$CERT.EXPIRY.WARN}": ("certificate_expiry_days", "Certificate expiry warning (seconds)"),
+    "{$KUEUE.PENDING.MAX}": ("queue_pending_max_minutes", "How long a workload may wait while its queue's quota idles"),
+    "{$KUEUE.QUOTA.IDLE.PCT}": ("queue_quota_idle_percent", "Quota use (%) under which a ClusterQueue counts as idle"),
+    "{$KUEUE.EVICTIONS.MAX}": ("queue_evictions_per_hour", "Evictions per hour of a ClusterQueue that alert"),
+    "{$KUEUE.BORROWED.GPUS.MAX}": (
+        "queue_borrowed_gpus",
+        "GPUs a ClusterQueue may borrow before a long borrowing alerts",
+    ),
+    "{$KUEUE.BORROWING.PERIOD}": ("queue_borrowing_minutes", "How long a ClusterQueue may borrow that much"),
+    "{$GPU.IDLE.UTIL.MAX}": ("gpu_idle_percent", "Utilisation (%) under which an allocated GPU is idle"),
+    "{$GPU.IDLE.PERIOD}": ("gpu_idle_minutes", "How long an allocated GPU may stay idle"),
 }
 # Host macros the platform sets per host from settings -> where their value comes from.
 HOST_MACRO_SOURCES = {
@@ -206,7 +218,7 @@ def global_macros(mon: MonitoringSettings, url: str) -> dict[str, tuple[str, str
     values: dict[str, tuple[str, str]] = {}
     for macro, (field, text) in THRESHOLD_MACROS.items():
         value = getattr(t, field)
-        if field == "node_cordoned_max_minutes":
+        if field.endswith("_minutes"):  # a Zabbix time suffix: triggers compare periods and seconds with it
             value = f"{value}m"
         elif field == "certificate_expiry_days":
             value = value * 86400
@@ -336,7 +348,9 @@ def media_type_spec(kind: str, mattermost_url: Optional[str]) -> dict[str, Any]:
     }
 
 
-def channel_specs(channel: Channel) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def channel_specs(
+    channel: Channel, teams: Sequence[Team] = ()
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """A channel's user group (no UI login), user (the channel as its media) and action (problems from
     the channel's host groups at or above its severity)."""
     label = f"alerts-{channel.name}"
@@ -358,6 +372,8 @@ def channel_specs(channel: Channel) -> tuple[dict[str, Any], dict[str, Any], dic
         "user_group": label,
         "mediatype": mediatype,
     }
+    if channel.teams:  # a team's channel: only its queues' and idle GPUs' problems (their event tags)
+        action["event_tags"] = queues.team_event_tags(channel.teams, teams)
     return group, user, action
 
 

@@ -12,9 +12,9 @@ Widget types and field names are the 7.0 frontend's (ui/widgets/*/includes/Widge
 CWidgetFieldDataSet.php in the 7.0 source): `svggraph` (data sets `ds.N.hosts.M`, `ds.N.items.M`
 patterns), `honeycomb` (`groupids.N`/`hostids.N`, item patterns `items.N`), `problems` (`groupids.N`).
 
-Per-team GPU use is not in the data: the DCGM items are per GPU and node, without the pod or
-namespace that uses the GPU, and Kueue's quota usage is not collected. The team view shows the GPUs
-of the nodes the team's quota lives on (its GPU flavors), beside the team's quota there.
+The team view here shows the GPUs of the nodes the team's quota lives on (its GPU flavors), beside
+the team's quota there; a team's own queue, quota use and the GPUs its pods hold are on the queue
+dashboards (`queue_dashboards.py`).
 """
 
 from __future__ import annotations

@@ -224,8 +224,9 @@ def normalized(kind: str, spec: dict) -> dict:
     for key in ("groups", "templates", "host_groups"):
         if key in spec:
             spec[key] = sorted(spec[key])
-    if "tags" in spec:
-        spec["tags"] = sorted(spec["tags"], key=_tag_key)
+    for key in ("tags", "event_tags"):
+        if key in spec:
+            spec[key] = sorted(spec[key], key=_tag_key)
     if "macros" in spec:
         spec["macros"] = sorted(spec["macros"], key=_macro_key)
     return spec

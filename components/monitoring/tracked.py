@@ -4,7 +4,7 @@ dynamic-provider resource (`objects.py`) that works through the API user the boo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import pulumi
@@ -31,7 +31,10 @@ from components.monitoring.config import (
     web_endpoint,
 )
 from components.monitoring.dashboards import dashboard_references, overview_dashboard, teams_dashboard
+from components.monitoring.queue_dashboards import queues_dashboard, team_queues_dashboard
+from components.monitoring.queues import kueue_host, kueue_host_spec, kueue_reader_token
 from settings.monitoring import HOST_GROUPS, Channel
+from settings.scheduling import Team
 
 if TYPE_CHECKING:
     from components.monitoring.component import ZabbixMonitoringArgs
@@ -45,6 +48,7 @@ def api_objects(
     connection: pulumi.Output,
     psk: pulumi.Output[str],
     kube_token: Callable[[], pulumi.Output[str]],
+    ready: Sequence[pulumi.Resource],
 ) -> list[str]:
     """Every Zabbix object of the platform, children of `parent`; the names of the monitored hosts."""
 
@@ -61,6 +65,8 @@ def api_objects(
         "kubernetes": True,
         "certificates": True,
         "rke2-certificates": True,
+        "kueue": True,
+        "kueue-details": True,
     }
     # Each host waits for the groups and the platform's own templates it names (not every one of
     # them: each `depends_on` edge costs the SDK a walk of its target's dependencies).
@@ -118,7 +124,7 @@ def api_objects(
             zbx.Host(f"{nas.name}-zabbix-host", spec, connection, nas_secrets, opts=opts(*host_deps(spec)))
         )
         hosts.append(nas.name)
-    hosts += _cluster_hosts(name, args, connection, opts, host_deps, host_objects, kube_token)
+    hosts += _cluster_hosts(name, args, connection, opts, host_deps, host_objects, kube_token, parent, ready)
     _alerting(name, args, connection, opts, list(groups.values()))
     named = dict(groups)
     named.update(zip(hosts, host_objects, strict=True))  # same order: nodes, NAS, cluster hosts
@@ -132,7 +138,10 @@ def _dashboards(name, args, connection, opts, named: dict[str, pulumi.Resource])
     ceph = f"{args.cluster_name}-ceph" if args.ceph_namespace else None
     overview = overview_dashboard(args.nodes, bool(args.nas_hosts), f"{args.cluster_name}-kubernetes", ceph)
     teams = teams_dashboard(args.teams, args.nodes)
-    for label, spec in (("overview", overview), ("teams", teams)):
+    kueue, idle = f"{args.cluster_name}-kueue", args.monitoring.thresholds.gpu_idle_percent
+    queues = queues_dashboard(kueue, idle)
+    team_queues = team_queues_dashboard(args.teams, kueue, idle)
+    for label, spec in (("overview", overview), ("teams", teams), ("queues", queues), ("team-queues", team_queues)):
         if spec:
             deps = [named[n] for n in sorted(dashboard_references(spec))]
             zbx.Dashboard(f"{name}-dashboard-{label}", spec, connection, opts=opts(*deps))
@@ -150,7 +159,7 @@ def _global_macros(name, args, url, connection, opts) -> list[pulumi.Resource]:
     ]
 
 
-def _cluster_hosts(name, args, connection, opts, deps, created: list, kube_token) -> list[str]:
+def _cluster_hosts(name, args, connection, opts, deps, created: list, kube_token, parent, ready) -> list[str]:
     """Hosts without an agent: the Kubernetes cluster (state template, SA token) and Ceph."""
     token = kube_token()
     kube = f"{args.cluster_name}-kubernetes"
@@ -182,6 +191,10 @@ def _cluster_hosts(name, args, connection, opts, deps, created: list, kube_token
         }
         created.append(zbx.Host(f"{name}-host-ceph", spec, connection, opts=opts(*deps(spec))))
         hosts.append(ceph)
+    spec = kueue_host_spec(args.cluster_name, args.kueue_namespace)
+    reader = kueue_reader_token(name, args.monitoring.namespace, args.wiring.in_cluster, parent, ready)
+    created.append(kueue_host(name, spec, reader, connection, opts(*deps(spec))))
+    hosts.append(spec["host"])
     return hosts
 
 
@@ -201,14 +214,14 @@ def _alerting(name, args, connection, opts, groups) -> None:
         if kind in kinds
     }
     for channel in alerting.channels:
-        _channel(name, channel, connection, opts, [media[channel.type], *groups])
+        _channel(name, channel, connection, opts, [media[channel.type], *groups], args.teams)
 
 
-def _channel(name: str, channel: Channel, connection, opts, deps) -> None:
+def _channel(name: str, channel: Channel, connection, opts, deps, teams: Sequence[Team] = ()) -> None:
     """One channel: a user group that cannot log in, its user with the channel as media, and an
     action sending problems from the channel's host groups at or above its severity."""
     label = f"alerts-{channel.name}"
-    group_spec, user_spec, action_spec = channel_specs(channel)
+    group_spec, user_spec, action_spec = channel_specs(channel, teams)
     group = zbx.UserGroup(f"{name}-{label}-group", group_spec, connection, opts=opts(*deps))
     user = zbx.User(f"{name}-{label}-user", user_spec, connection, opts=opts(group, *deps))
     zbx.Action(f"{name}-{label}-action", action_spec, connection, opts=opts(group, user, *deps))

@@ -141,6 +141,9 @@ def kueue_manager_config(sched: SchedulingSettings, unaccounted_resources: Seque
         },
         "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]},
         "integrations": {"frameworks": kueue_frameworks(sched.training_operators)},
+        # Quota, usage and limits per ClusterQueue in the metrics (kueue_cluster_queue_nominal_quota,
+        # _resource_usage, _lending_limit, ...; apis/config/v1beta2/configuration_types.go): Zabbix reads them.
+        "metrics": {**KUEUE_CHART_MANAGER_CONFIG["metrics"], "enableClusterQueueResources": True},
     }
     if unaccounted_resources:
         # Without this, a pod requesting `rdma/ib` is inadmissible: no ClusterQueue covers it.
@@ -191,7 +194,7 @@ def resource_flavors(nodes: Sequence[NodeSettings]) -> list[dict[str, Any]]:
     for flavor, node in models:
         key, value, effect = _taint_parts(GPU_TAINT)
         spec: dict[str, Any] = {
-            # The labels the bootstrap sets on the node (components/cluster.py), injected into admitted pods.
+            # The labels the bootstrap sets on the node (components/cluster/bootstrap.py), injected into admitted pods.
             "nodeLabels": {ROLE_LABEL: "gpu", GPU_MODEL_LABEL: node_labels(node)[GPU_MODEL_LABEL]},
             "nodeTaints": [{"key": key, "value": value, "effect": effect}],
         }

@@ -51,4 +51,16 @@ def _monitoring_problems(s: Settings, add) -> None:
                 add(f"{path}.hostGroups[{j}]: {group!r} is not a monitored host group; use one of {', '.join(groups)}")
 
 
-RULES = (rule(_monitoring_problems, "the Zabbix web access and alert channels", "monitoring"),)
+def _channel_team_problems(s: Settings, add) -> None:
+    teams = [t.name for t in s.scheduling.teams]
+    for i, channel in enumerate(s.monitoring.alerting.channels):
+        for j, team in enumerate(channel.teams):
+            if team not in teams:
+                known = ", ".join(teams) or "none is configured"
+                add(f"monitoring.alerting.channels[{i}].teams[{j}]: {team!r} is not in scheduling.teams ({known})")
+
+
+RULES = (
+    rule(_monitoring_problems, "the Zabbix web access and alert channels", "monitoring"),
+    rule(_channel_team_problems, "the teams of the alert channels", "monitoring scheduling", "scheduling"),
+)

@@ -231,7 +231,7 @@ def test_nas_script_is_idempotent_and_never_prints_the_psk():
 def test_every_node_and_nas_host_is_a_zabbix_host(prod_plan):
     doc = stack_doc("prod")
     expected = {n["name"] for n in doc["nodes"]} | {h["name"] for h in doc["nas"]["hosts"]}
-    expected |= {"ml-prod-kubernetes", "ml-prod-ceph"}
+    expected |= {"ml-prod-kubernetes", "ml-prod-ceph", "ml-prod-kueue"}
     hosts = {r["inputs"]["spec"]["host"] for r in zabbix_objects(prod_plan, "Host")}
     assert hosts == expected
     assert set(prod_plan.outputs["monitoredHosts"]) == expected
@@ -300,6 +300,8 @@ def test_platform_templates_are_imported(prod_plan):
         "ml-platform GPU by DCGM exporter",
         "ml-platform InfiniBand by sysfs",
         "ml-platform Kubernetes platform state",
+        "ml-platform Kueue ClusterQueues by HTTP",
+        "ml-platform Kueue queue details by HTTP",
         "ml-platform MinIO by HTTP",
         "ml-platform RKE2 certificate files",
         "ml-platform TLS certificates by agent 2",
@@ -474,6 +476,8 @@ def test_dashboards_wait_for_every_host_and_group_their_widgets_name(prod_plan):
     assert {d["inputs"]["spec"]["name"] for d in dashboards} == {
         "ml-platform: platform overview",
         "ml-platform: GPUs by team quota",
+        "ml-platform: queues",
+        "ml-platform: team queues",
     }
     for d in dashboards:
         fields = [f for p in d["inputs"]["spec"]["pages"] for w in p["widgets"] for f in w["fields"]]

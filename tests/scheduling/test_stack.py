@@ -119,7 +119,9 @@ def test_kueue_manager_config_keeps_the_charts_settings_and_adds_the_platforms(p
     chart_default = yaml.safe_load(upstream_values("kueue", "0.19.2")["managerConfig"]["controllerManagerConfigYaml"])
     ours = yaml.safe_load(_release(prod_plan, "kueue")["values"]["managerConfig"]["controllerManagerConfigYaml"])
     for key, value in chart_default.items():
-        if key != "integrations":
+        if key == "metrics":  # the chart's, plus the per-ClusterQueue quota metrics the monitoring reads
+            assert ours[key] == {**value, "enableClusterQueueResources": True}, key
+        elif key != "integrations":
             assert ours[key] == value == KUEUE_CHART_MANAGER_CONFIG[key], key
     # prod installs every training operator: Kueue manages each installed kind, and nothing else.
     assert ours["integrations"]["frameworks"] == [
