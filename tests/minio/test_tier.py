@@ -242,7 +242,8 @@ def test_buckets_and_users_are_tracked_resources(prod_plan):
     ]
     assert dynamic["minio-bucket-cephfs-backup"]["versioning"] is True
     assert dynamic["minio-bucket-cephfs-backup"]["noncurrentDays"] == 30
-    assert dynamic["minio-bucket-cephfs-backup"]["lockDays"] == 0
+    # Prod locks both buckets (governance mode), each version at least as long as the lifecycle keeps it.
+    assert dynamic["minio-bucket-cephfs-backup"]["lockDays"] == dynamic["minio-bucket-etcd-snapshots"]["lockDays"] == 30
     for inputs in dynamic.values():
         assert inputs["accessKey"] == SECRET and inputs["secretKey"] == SECRET
 
@@ -301,62 +302,29 @@ def run_spec(plan, source: str) -> tuple[dict, dict]:
     return json.loads(data["snapshot.json"]), json.loads(data["job.json"])
 
 
-def test_object_locking_takes_delete_away_and_makes_the_jobs_copy():
-    def lock(raw):
-        raw["storage"]["minio"]["objectLockDays"] = 30
+def test_object_locking_takes_delete_away_and_makes_the_jobs_copy(prod_plan):
+    def unlock(raw):
+        raw["storage"]["minio"]["objectLockDays"] = None
 
-    plan = evaluate("prod", lock)
-    dynamic = {r["name"]: r["inputs"] for r in plan.by_type("pulumi-python:dynamic:Resource")}
-    assert dynamic["minio-bucket-cephfs-backup"]["lockDays"] == 30
-    assert dynamic["minio-bucket-etcd-snapshots"]["lockDays"] == 30
-    for user in ("backup-datasets", "backup-checkpoints", "etcd-snapshot-writer"):
-        assert not any("Delete" in a for st in statements(plan, user) for a in st["Action"]), user
-    pod = run_spec(plan, "datasets")[1]["spec"]["template"]["spec"]
-    env = {e["name"]: e.get("value") for e in pod["initContainers"][0]["env"]}
-    assert env["MODE"] == "copy"
-
-
-def test_the_launcher_snapshots_the_claim_then_starts_the_backup_job(prod_plan):
-    cron = prod_plan.named("backup-datasets")["inputs"]
-    assert cron["metadata"]["name"] == "datasets" and cron["metadata"]["namespace"] == "llm-train"  # after the source
-    spec = cron["spec"]
-    assert spec["concurrencyPolicy"] == "Forbid" and spec["schedule"] == "30 1 * * *"
-    pod = spec["jobTemplate"]["spec"]["template"]["spec"]
-    steps = [(c["name"], c["args"]) for c in pod["initContainers"] + pod["containers"]]
-    assert [name for name, _ in steps] == ["delete-job", "delete-snapshot", "snapshot", "wait-snapshot", "start-backup"]
-    assert steps[0][1][:3] == ["delete", "job", "backup-datasets"] and "--cascade=foreground" in steps[0][1]
-    assert steps[1][1][:3] == ["delete", "volumesnapshot", "backup-datasets"]
-    assert steps[3][1][:3] == ["wait", "--for=jsonpath={.status.readyToUse}=true", "volumesnapshot/backup-datasets"]
-    assert all(args[-2:] == ["--namespace", "llm-train"] for _, args in steps)
-    assert pod["serviceAccountName"] == "backup-datasets-launcher"
-    snapshot, job = run_spec(prod_plan, "datasets")
-    assert snapshot["spec"] == {
-        "volumeSnapshotClassName": "tier2-shared",
-        "source": {"persistentVolumeClaimName": "shared-datasets"},
-    }
-    clone = next(v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "data")
-    claim = clone["ephemeral"]["volumeClaimTemplate"]["spec"]
-    assert claim["accessModes"] == ["ReadOnlyMany"] and claim["storageClassName"] == "tier2-shared-snapshot-ro"
-    assert claim["dataSource"] == {
-        "apiGroup": "snapshot.storage.k8s.io",
-        "kind": "VolumeSnapshot",
-        "name": "backup-datasets",
-    }
-    assert claim["resources"]["requests"]["storage"] == "200Ti"
-    sc = prod_plan.named("backup-snapshot-clones")["inputs"]
-    assert sc["provisioner"] == "rook-ceph.cephfs.csi.ceph.com"
-    assert sc["parameters"]["backingSnapshot"] == "true" and sc["parameters"]["fsName"] == "tier2fs"
-    role = prod_plan.named("backup-datasets-launcher-role")["inputs"]
-    deletes = [r for r in role["rules"] if "delete" in r["verbs"]]
-    assert all(r["resourceNames"] == ["backup-datasets"] for r in deletes) and len(deletes) == 2
-    assert not any(set(r["verbs"]) & {"update", "patch", "*"} for r in role["rules"])
+    unlocked = evaluate("prod", unlock)
+    for plan, lock_days, mode in ((prod_plan, 30, "copy"), (unlocked, 0, "sync")):
+        dynamic = {r["name"]: r["inputs"] for r in plan.by_type("pulumi-python:dynamic:Resource")}
+        assert dynamic["minio-bucket-cephfs-backup"]["lockDays"] == lock_days
+        assert dynamic["minio-bucket-etcd-snapshots"]["lockDays"] == lock_days
+        for user in ("backup-datasets", "backup-checkpoints", "etcd-snapshot-writer"):
+            deletes = [a for st in statements(plan, user) for a in st["Action"] if "Delete" in a]
+            # Without locking a run's deletions leave delete markers (versions stay); never a version delete.
+            assert deletes == ([] if lock_days else ["s3:DeleteObject"]), (user, deletes)
+        pod = run_spec(plan, "datasets")[1]["spec"]["template"]["spec"]
+        env = {e["name"]: e.get("value") for e in pod["initContainers"][0]["env"]}
+        assert env["MODE"] == mode
 
 
 def test_backup_job_runs_the_tested_script_on_cpu_nodes(prod_plan):
     _, job = run_spec(prod_plan, "datasets")
     assert job["metadata"] == {
         "name": "backup-datasets",
-        "namespace": "llm-train",
+        "namespace": "ml-backup",
         "labels": {"app.kubernetes.io/name": "cephfs-backup", "ml-platform.io/source": "datasets"},
     }
     assert job["spec"]["activeDeadlineSeconds"] == 72000 and job["spec"]["backoffLimit"] == 0
@@ -369,7 +337,7 @@ def test_backup_job_runs_the_tested_script_on_cpu_nodes(prod_plan):
     expected = backup_environment(
         "datasets",
         "cephfs-backup",
-        mode="sync",
+        mode="copy",  # prod locks the bucket: the backup identity may not delete
         max_delete=10000,
         max_shrink_percent=50,
         verify="size",
@@ -401,18 +369,16 @@ def test_the_status_configmap_and_the_only_rbac_the_job_gets(prod_plan):
             }
         ]
         binding = prod_plan.named(f"backup-status-{source}-binding")["inputs"]
-        namespace = {"datasets": "llm-train", "checkpoints": "research"}[source]
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"backup-{source}", "namespace": namespace}]
+        # The account lives in ml-backup: only a pod there can run as it, and no team can create one there.
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"backup-{source}", "namespace": "ml-backup"}]
         pod = run_spec(prod_plan, source)[1]["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == f"backup-{source}"  # the only account bound to that Role
-    assert not [
-        r for r in prod_plan.by_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole") if "backup" in r["name"]
-    ]
 
 
 def test_rclone_secret_configures_the_remote_from_the_environment(known_plan):
     for source in ("datasets", "checkpoints"):
         secret = known_plan.named(f"backup-{source}-rclone")
+        assert secret["inputs"]["metadata"]["namespace"] == "ml-backup"
         data = known_plan.revealed[secret["urn"]]["stringData"]
         assert data["RCLONE_CONFIG_NAS_TYPE"] == "s3" and data["RCLONE_CONFIG_NAS_PROVIDER"] == "Minio"
         assert data["RCLONE_CONFIG_NAS_ENDPOINT"] == "https://minio.dc.example.internal:9000"
@@ -974,7 +940,7 @@ def test_runbook_watches_healing_with_the_header_minio_sets():
 
 def test_a_source_in_the_status_namespace_is_refused():
     found = problems(mutate=lambda raw: _minio(raw)["backup"]["sources"][1].update(namespace="ml-backup"))
-    assert "holds only the backups' status ConfigMaps" in only(found, "storage.minio.backup.sources[1].namespace")
+    assert "is the backup pipeline's platform namespace and holds no team data" in only(found, "storage.minio.backup.sources[1].namespace")
 
 
 def test_a_source_without_its_size_is_refused():

@@ -13,6 +13,7 @@
 #   CSI_DRIVER          the CSI driver the content must belong to (the tier-2 CephFS driver)
 #   TEMPLATE            the content manifest, its snapshotHandle left as @snapshotHandle@
 #   OUT                 where the content manifest goes
+#   TRIES               reads of each object before giving up, 2 s apart (default 30)
 set -eu
 
 group="$API/apis/snapshot.storage.k8s.io/v1"
@@ -30,7 +31,7 @@ get() {
   # pkg/endpoints/handlers/negotiation/negotiate.go, isPrettyPrint); the fields below match either way.
   until wget -q -O "$2" "$group/$1?pretty=false"; do
     tries=$((tries + 1))
-    [ "$tries" -lt 30 ] || fail "cannot read $1 through the API proxy (is the launcher allowed to get it?)"
+    [ "$tries" -lt "${TRIES:-30}" ] || fail "cannot read $1 through the API proxy (is the launcher allowed to get it?)"
     sleep 2
   done
 }
