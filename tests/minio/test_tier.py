@@ -940,7 +940,8 @@ def test_runbook_watches_healing_with_the_header_minio_sets():
 
 def test_a_source_in_the_status_namespace_is_refused():
     found = problems(mutate=lambda raw: _minio(raw)["backup"]["sources"][1].update(namespace="ml-backup"))
-    assert "is the backup pipeline's platform namespace and holds no team data" in only(found, "storage.minio.backup.sources[1].namespace")
+    line = only(found, "storage.minio.backup.sources[1].namespace")
+    assert "is the backup pipeline's platform namespace and holds no team data" in line
 
 
 def test_a_source_without_its_size_is_refused():
@@ -951,10 +952,10 @@ def test_a_source_without_its_size_is_refused():
 # --- the review names what stops or is refused ---------------------------------------------------
 
 
-def danger_after(mutate) -> list[str]:
+def danger_after(mutate, before=None) -> list[str]:
     from stacks import diff as diffs
 
-    base = evaluate("prod")
+    base = evaluate("prod", before)
     changed = evaluate("prod", mutate)
     return diffs.compare(json.loads(base.to_json()), json.loads(changed.to_json())).danger
 
@@ -965,7 +966,8 @@ def test_review_names_a_removed_backup_source():
 
 
 def test_review_names_object_locking_on_existing_buckets():
-    danger = danger_after(lambda raw: _minio(raw).update(objectLockDays=30))
+    # A stack deployed before prod locked its buckets: the buckets exist unlocked, the settings now lock them.
+    danger = danger_after(lambda raw: None, before=lambda raw: _minio(raw).update(objectLockDays=None))
     assert sum("object locking asked of the existing bucket" in line for line in danger) == 2, danger
 
 
