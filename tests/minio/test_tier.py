@@ -975,3 +975,22 @@ def test_review_names_a_renamed_minio_service():
     danger = danger_after(lambda raw: _minio(raw).update(service="silo", binary="silo"))
     lines = [line for line in danger if "service minio -> silo, binary minio -> silo" in line]
     assert len(lines) == 4 and "systemctl disable --now minio" in lines[0], danger
+
+
+@pytest.mark.parametrize(("source", "team"), [("datasets", "llm-train"), ("checkpoints", "research")])
+def test_review_names_the_pipeline_moving_out_of_the_team_namespace(source, team):
+    from stacks import diff as diffs
+
+    # A stack deployed with the pipeline in the team's namespace (its CronJob, key, accounts and run spec there).
+    head = json.loads(evaluate("prod").to_json())
+    base = json.loads(json.dumps(head))
+    moved = {f"backup-{source}", f"backup-{source}-rclone", f"backup-{source}-account", f"backup-{source}-run"}
+    for resource in base["resources"]:
+        if resource["name"] in moved:
+            resource["inputs"]["metadata"]["namespace"] = team
+    danger = diffs.compare(base, head).danger
+    (line,) = [d for d in danger if f"backup pipeline of source {source} moves" in d]
+    assert f"from namespace {team} to ml-backup" in line and "cannot record its result" in line
+    assert "Moving the backups into ml-backup" in line
+    unchanged = diffs.compare(head, head).danger
+    assert not any("moves from namespace" in d for d in unchanged)
