@@ -994,3 +994,65 @@ def test_review_names_the_pipeline_moving_out_of_the_team_namespace(source, team
     assert "Moving the backups into ml-backup" in line
     unchanged = diffs.compare(head, head).danger
     assert not any("moves from namespace" in d for d in unchanged)
+
+
+# What would destroy a locked version or loosen the lock, in MinIO's policy actions (minio/pkg policy/action.go).
+# s3:GetBucketObjectLockConfiguration is here too: MinIO lets a governance-mode delete through with the bypass
+# header for a holder of either it or s3:BypassGovernanceRetention (minio/minio cmd/bucket-object-lock.go,
+# enforceRetentionBypassForDelete).
+LOCK_BREAKING = [
+    "s3:DeleteObject",
+    "s3:DeleteObjectVersion",
+    "s3:BypassGovernanceRetention",
+    "s3:GetBucketObjectLockConfiguration",
+    "s3:PutObjectRetention",
+    "s3:PutObjectLegalHold",
+    "s3:PutBucketObjectLockConfiguration",
+    "s3:PutBucketVersioning",
+    "s3:PutLifecycleConfiguration",
+    "s3:PutBucketPolicy",
+    "s3:DeleteBucket",
+    "s3:ForceDeleteBucket",
+]
+
+
+def may(plan, user: str, action: str, resource: str) -> bool:
+    """Like `allowed`, with wildcards in the policy's actions too (`s3:*`, `s3:Delete*`), no prefix condition."""
+    from fnmatch import fnmatchcase
+
+    return any(
+        any(fnmatchcase(action, a) for a in st["Action"]) and any(fnmatchcase(resource, r) for r in st["Resource"])
+        for st in statements(plan, user)
+        if st["Effect"] == "Allow"
+    )
+
+
+@pytest.mark.parametrize("source", ["datasets", "checkpoints"])
+def test_no_identity_a_team_can_hold_may_delete_or_overwrite_a_locked_object(prod_plan, source):
+    # The identities whose keys ever sit in the cluster: the backup writer (ml-backup; a stolen key) and the
+    # restore reader (in the team's namespace during a restore, runbook 9).
+    bucket = "arn:aws:s3:::cephfs-backup"
+    for user in (f"backup-{source}", f"restore-{source}"):
+        for key in (f"{source}/dir/file", f"status/{source}.json", "datasets/x", "checkpoints/x", "status/other.json"):
+            for action in LOCK_BREAKING:
+                assert not may(prod_plan, user, action, f"{bucket}/{key}"), (user, action, key)
+        for action in LOCK_BREAKING:
+            assert not may(prod_plan, user, action, bucket), (user, action)
+    # A put never replaces a locked version: the bucket keeps versions, and each is locked (governance mode).
+    inputs = prod_plan.named("minio-bucket-cephfs-backup")["inputs"]
+    assert inputs["versioning"] is True and inputs["lockDays"] >= inputs["noncurrentDays"]
+    # The reader cannot even add a version.
+    assert not may(prod_plan, f"restore-{source}", "s3:PutObject", f"{bucket}/{source}/dir/file")
+
+
+def test_the_lock_check_finds_a_policy_that_could_break_the_lock(prod_plan):
+    # The same check against policies a mistake could produce: each is caught.
+    import copy
+
+    plan = copy.deepcopy(prod_plan)
+    resource = plan.named("minio-user-backup-datasets")
+    for extra in (["s3:*"], ["s3:Delete*"], ["s3:GetBucketObjectLockConfiguration"]):
+        policy = json.loads(prod_plan.named("minio-user-backup-datasets")["inputs"]["policy"])
+        policy["Statement"][-1]["Action"] += extra
+        resource["inputs"]["policy"] = json.dumps(policy)
+        assert any(may(plan, "backup-datasets", a, "arn:aws:s3:::cephfs-backup/datasets/x") for a in LOCK_BREAKING)
