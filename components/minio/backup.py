@@ -114,7 +114,7 @@ def backup_jobs(
     for source in minio.backup.sources:
         in_team_ns = _in(opts, team_namespaces.get(source.namespace))
         resources += _source_resources(
-            minio, ceph, endpoint, secret_keys[source.name], source, _in(in_backup_ns, clones, ca), in_team_ns, opts
+            minio, ceph, endpoint, secret_keys[source.name], source, in_backup_ns, in_team_ns, opts, [clones, ca]
         )
     return resources
 
@@ -135,7 +135,7 @@ def _role(
         metadata=meta,
         role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name},
         subjects=[{"kind": "ServiceAccount", "name": subject, "namespace": BACKUP_NAMESPACE}],
-        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[role])),
+        opts=opts,
     )
     return [role, binding]
 
@@ -149,6 +149,7 @@ def _source_resources(
     here: pulumi.ResourceOptions,
     in_team_ns: pulumi.ResourceOptions,
     cluster: pulumi.ResourceOptions,
+    shared: list[pulumi.Resource],
 ) -> list[pulumi.Resource]:
     """One source's pipeline. The Pulumi names are those of the pipeline's first home (the team's namespace), so a
     deployed stack sees each object replaced into `ml-backup`, created there before the old one is deleted; the
@@ -221,7 +222,8 @@ def _source_resources(
             f"backup-{name}",
             metadata={"name": cronjob(name), "namespace": BACKUP_NAMESPACE, "labels": labels(name)},
             spec=cronjob_spec(minio, ceph, source),
-            opts=pulumi.ResourceOptions.merge(here, pulumi.ResourceOptions(depends_on=list(created))),
+            # Its first run needs everything above, the clones' StorageClass and the CA.
+            opts=pulumi.ResourceOptions.merge(here, pulumi.ResourceOptions(depends_on=[*created, *shared])),
         )
     )
     return created
