@@ -35,6 +35,7 @@ from components.minio.backup_launcher import (
     cluster_rules,
     content_template,
     cronjob_spec,
+    csi_driver,
     platform_rules,
     source_rules,
     source_snapshot,
@@ -82,12 +83,11 @@ def backup_jobs(
         parent=parent,
         depends_on=depends_on,
     )
-    driver = f"{ceph.namespace}.cephfs.csi.ceph.com"
     secrets = ceph.namespace
     clones = k8s.storage.v1.StorageClass(
         "backup-snapshot-clones",
         metadata={"name": shallow_class(ceph)},
-        provisioner=driver,
+        provisioner=csi_driver(ceph),
         # ceph-csi "snapshot-backed volumes" (docs/cephfs-snapshot-backed-volumes.md): a ReadOnlyMany
         # volume from a CephFS snapshot that copies nothing and is deleted with the pod.
         parameters={
