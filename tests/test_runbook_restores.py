@@ -7,8 +7,9 @@ runbook fails here). The backup being restored is made by the backup job's own s
 
 What is stubbed: `pulumi` (prints the outputs in the shape `pulumi stack output --json --show-secrets`
 gives: plain values), `kubectl` (`exec` runs the command here with the pod's Secret, CA and volume
-mapped, the CA from the ConfigMap the runbook makes from `minioCaCert`) and `scp`. `rclone serve s3` accepts each restore identity's key but has no policies: what
-each identity may read is checked against its MinIO policy in tests/minio/test_tier.py.
+mapped, the CA from the ConfigMap the runbook makes from `minioCaCert`) and `scp`. `rclone serve s3`
+accepts each restore identity's key but has no policies: what each identity may read is checked against
+its MinIO policy in tests/minio/test_tier.py.
 """
 
 from __future__ import annotations
