@@ -6,6 +6,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
+from settings.backup_layout import BACKUP_NAMESPACE
 from settings.types import Cron, Host, Image, Model, Name, Port, Sha256, Url
 
 
@@ -53,20 +54,18 @@ class MinioHostLoss(Model):
     """NAS hosts that may be lost with writes still accepted."""
 
 
-# The platform namespace of the backups' status ConfigMaps (the monitoring contract names it).
-BACKUP_NAMESPACE = "ml-backup"
-
-
 class BackupSource(Model):
     name: Name
-    """Short name; the tree lands under <name>/ in the backup bucket, the CronJob is named after it and its status is
-    the ConfigMap backup-status-<name> in the ml-backup namespace."""
+    """Short name; the tree lands under <name>/ in the backup bucket and its run record at status/<name>.json; the
+    CronJob in the platform namespace ml-backup is named after it and its status is the ConfigMap
+    backup-status-<name> there. Names whose objects would collide with another source's or the pipeline's own
+    (`status`, for one: its prefix would hold every run record), or be too long for their kind, are refused."""
     namespace: Name
-    """Namespace of the PersistentVolumeClaim to back up, a team's (a pod mounts only claims of its own namespace, so
-    the backup CronJob runs there)."""
+    """Namespace of the PersistentVolumeClaim to back up, a team's. Only the claim's CSI snapshot is taken there; the
+    pipeline (key, accounts, run spec, CronJob, run records) lives in ml-backup, out of the team's reach."""
     claim_name: Name
-    """The PersistentVolumeClaim. Each run takes a CSI snapshot of it and mounts a read-only clone of the snapshot: a
-    consistent point-in-time copy, not the live tree."""
+    """The PersistentVolumeClaim. Each run takes a CSI snapshot of it, binds the snapshot into ml-backup and mounts a
+    read-only clone of it there: a consistent point-in-time copy, not the live tree."""
     size: str = Field(pattern=r"^[0-9]+(Mi|Gi|Ti|Pi)$")
     """The claim's requested size (e.g. `20Ti`): the snapshot's clone must request at least this much (a CephFS shallow
     clone allocates nothing)."""
@@ -78,8 +77,8 @@ class BackupSource(Model):
     def _not_the_status_namespace(cls, namespace: str) -> str:
         if namespace == BACKUP_NAMESPACE:
             raise ValueError(
-                f"{BACKUP_NAMESPACE!r} holds only the backups' status ConfigMaps (no pods, no data): name the "
-                "namespace of the PersistentVolumeClaim"
+                f"{BACKUP_NAMESPACE!r} is the backup pipeline's platform namespace and holds no team data: name "
+                "the (team) namespace of the PersistentVolumeClaim"
             )
         return namespace
 
@@ -94,10 +93,12 @@ class CephfsBackup(Model):
     schedule: Cron = "30 1 * * *"
     """Cron schedule of the backup CronJobs (UTC)."""
     image: Image = "docker.io/rclone/rclone:1.75.0"
-    """The rclone image, pinned by tag (no published digest could be cited; pin `<image>@sha256:...` from your mirror).
+    """The rclone image (also runs the launcher's binding step with its busybox shell), pinned by tag (no published
+    digest could be cited; pin `<image>@sha256:...` from your mirror).
     Point it at a mirror for air-gapped sites."""
     kubectl_image: Image = "docker.io/rancher/kubectl:v1.30.3"
-    """The image that writes the status ConfigMap (`kubectl patch`; the same pin as the upgrade Jobs' kubectl)."""
+    """The kubectl image of the launcher's steps (snapshot, bind, start the Job), its read-only API proxy and the
+    status write (`kubectl patch`); the same pin as the upgrade Jobs' kubectl."""
     max_delete: int = Field(default=10000, ge=0)
     """rclone `--max-delete`: a run that would delete more files stops."""
     max_shrink_percent: int = Field(default=50, ge=0, le=100)
@@ -140,8 +141,9 @@ class MinioSettings(Model):
     by the same lifecycle)."""
     object_lock_days: Optional[int] = Field(default=None, ge=1, le=3650)
     """Object locking (governance mode) on both buckets, each object version kept at least this many days: a stolen
-    backup key cannot destroy the history (the backup users get no delete at all). Only when a bucket is created:
-    turning it on for an existing bucket is refused by the host-side provider."""
+    backup key cannot destroy the history (the backup users get no delete at all). At least noncurrentRetentionDays
+    (a version must not lose its lock while the lifecycle still keeps it). Prod sets it. Only when a bucket is
+    created: turning it on for an existing bucket is refused by the host-side provider."""
     backup: CephfsBackup
     """The CephFS -> MinIO backup CronJob."""
 

@@ -41,6 +41,7 @@ from settings import (
     plain_secret_problems,
     settings_warnings,
 )
+from settings.backup_layout import BACKUP_NAMESPACE
 from settings.config_file import STACK_FILE_ENV, namespace_problems
 from stacks import outputs
 
@@ -252,10 +253,11 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
                 if namespaces
             },
             s3=S3Target(
-                backup_sources[0].namespace,
+                BACKUP_NAMESPACE,  # where the backup identities' keys live
                 settings.storage.minio.cephfs_backup_bucket,
                 settings.storage.minio.backup.image,
                 backup_sources[0].name,
+                delete=not settings.storage.minio.object_lock_days,
             )
             if backup_sources and settings.nas.hosts
             else None,

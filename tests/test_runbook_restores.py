@@ -7,8 +7,9 @@ runbook fails here). The backup being restored is made by the backup job's own s
 
 What is stubbed: `pulumi` (prints the outputs in the shape `pulumi stack output --json --show-secrets`
 gives: plain values), `kubectl` (`exec` runs the command here with the pod's Secret, CA and volume
-mapped) and `scp`. `rclone serve s3` accepts each restore identity's key but has no policies: what
-each identity may read is checked against its MinIO policy in tests/minio/test_tier.py.
+mapped, the CA from the ConfigMap the runbook makes from `minioCaCert`) and `scp`. `rclone serve s3`
+accepts each restore identity's key but has no policies: what each identity may read is checked against
+its MinIO policy in tests/minio/test_tier.py.
 """
 
 from __future__ import annotations
@@ -167,7 +168,11 @@ def test_section_9_restores_a_tree_byte_for_byte(tmp_path, source, tree, kind, n
         newer.write_bytes(b"edited after the backup")
         os.utime(newer, ns=(1_900_000_000_000_000_000, 1_900_000_000_000_000_000))
 
-        station = Workstation(tmp_path, {"minioRestoreCredentials": outputs}, ["minioRestoreCredentials"])
+        station = Workstation(
+            tmp_path,
+            {"minioRestoreCredentials": outputs, "minioCaCert": s3.ca.read_text()},
+            ["minioRestoreCredentials"],
+        )
         enforce = "pod-security.kubernetes.io/enforce"
         labels = {"secrets": {}, "pods": {}, "suspend": {}, "labels": {namespace: {enforce: level}}}
         Path(station.env["STUB_STATE"]).write_text(json.dumps(labels))
@@ -180,7 +185,7 @@ def test_section_9_restores_a_tree_byte_for_byte(tmp_path, source, tree, kind, n
                 "ENDPOINT=https://minio.dc.example.internal:9000": f"ENDPOINT={s3.endpoint}",
             },
         )
-        result = station.run(script, STUB_PVC=str(pvc), STUB_CA=str(s3.ca))
+        result = station.run(script, STUB_PVC=str(pvc))
         assert result.returncode == 0, result.stderr
 
     # Beside the live tree: exactly what was saved (content, links, modes, owners, times).
@@ -192,9 +197,11 @@ def test_section_9_restores_a_tree_byte_for_byte(tmp_path, source, tree, kind, n
     calls = station.calls()
     secret = outputs[source]["secretKey"]
     assert not any(secret in call for call in calls), "a secret on a command line"
-    assert f"kubectl -n {namespace} patch cronjob {source} -p " + '{"spec":{"suspend":true}}' in calls
-    assert calls[-1] == f"kubectl -n {namespace} patch cronjob {source} -p " + '{"spec":{"suspend":false}}'
+    # The backup's CronJob lives in ml-backup, whatever the source's namespace: paused there, resumed last.
+    assert f"kubectl -n ml-backup patch cronjob {source} -p " + '{"spec":{"suspend":true}}' in calls
+    assert calls[-1] == f"kubectl -n ml-backup patch cronjob {source} -p " + '{"spec":{"suspend":false}}'
     state = json.loads(Path(station.env["STUB_STATE"]).read_text())
+    assert state["suspend"] == {f"ml-backup/{source}": False}
     assert state["labels"][namespace][enforce] == level, "the namespace's level is back as it was"
     lowered = [c for c in calls if c.startswith("kubectl label")]
     # Only a restricted namespace is lowered (to baseline, for the root restore pod), and set back.
@@ -206,7 +213,7 @@ def test_section_9_restores_a_tree_byte_for_byte(tmp_path, source, tree, kind, n
         if level == "restricted"
         else []
     )
-    assert state["pods"] == {} and state["secrets"] == {}
+    assert state["pods"] == {} and state["secrets"] == {} and state["configmaps"] == {}
 
 
 @pytest.mark.real_server

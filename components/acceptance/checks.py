@@ -192,6 +192,7 @@ def storage_check(checks: AcceptanceChecks) -> None:
             "env": [
                 {"name": "BUCKET", "value": s3.bucket},
                 {"name": "PREFIX", "value": s3.source},
+                {"name": "DELETE", "value": "true" if s3.delete else "false"},
                 {"name": "SIZE_MIB", "value": str(min(check.size_mib, 256))},
                 {"name": "FLOOR_MIB_S", "value": str(check.floor_mib_s)},
                 {"name": "WORK", "value": "/work"},

@@ -72,6 +72,8 @@ class S3Target:
     bucket: str
     image: str
     source: str
+    delete: bool = True
+    """Whether that identity may delete (not with object locking)."""
 
 
 @dataclass(frozen=True)

@@ -1,26 +1,24 @@
-"""The CephFS -> MinIO backup: one rclone CronJob per tier-2 shared volume named in the settings.
+"""The CephFS -> MinIO backup: one pipeline per tier-2 shared volume named in the settings, all of it in the
+platform namespace `ml-backup`, where no team has any right.
 
-Layout in the backup bucket, per source (bucket versioning keeps what a run overwrote or deleted):
+Layout in the backup bucket, per source (bucket versioning keeps what a run overwrote or deleted; object locking
+in prod keeps every version at least `objectLockDays`):
 - `<source>/`               the tree as of the last successful run, symbolic links as `*.rclonelink`
                             objects, mode/owner/group/times as object metadata;
 - `status/<source>.json`    the last successful run (objects, bytes, times): the shrink guard's reference.
 
-Consistency: each run backs up a CSI snapshot of the claim, never the live tree. Per source, in the
-claim's namespace (a team's: a pod mounts only claims of its own namespace, and a snapshot lives
-beside its claim):
-- the CronJob named after the source (the *launcher*, kubectl only): deletes the previous run's Job
-  and snapshot, takes a VolumeSnapshot `backup-<source>` (the tier-2 CephFS snapshot class), waits
-  until it is ready, then creates the Job `backup-<source>` from the ConfigMap `backup-<source>-run`;
-- that Job's pod mounts a read-only shallow clone of the snapshot (generic ephemeral volume, CephFS
-  `backingSnapshot`: no data copied, deleted with the pod) and runs, in order, `backup`
-  (`container/cephfs-backup.sh` beside this module: guards, sync, check, record; always exits 0 once its
-  result is written), `status` (kubectl patch of the status ConfigMap `backup-status-<source>` in the
-  platform namespace `ml-backup`: the monitoring contract `lastSuccessTime`, `lastRunTime`,
-  `lastResult`, `bytes`, `objects`) and `result` (exits with the backup's code, so the Job fails
-  exactly when the backup did).
-Each source has its own MinIO user (its prefix only) and two ServiceAccounts: the launcher's may
-handle only its snapshot and Job, the backup's may only patch its status ConfigMap. Every pod is
-non-root and admissible under Pod Security `restricted`.
+Per source, in `ml-backup` (settings/backup_layout.py names every object): the rclone key (Secret), the
+launcher's and the backup's ServiceAccounts and Roles, the run spec (ConfigMap `backup-<source>-run`), the
+launcher CronJob named after the source, and the status ConfigMap `backup-status-<source>` that monitoring
+reads (only the backup pod's ServiceAccount may patch it, and only pods in `ml-backup` can run as it). Each run
+(`backup_launcher.py`) snapshots the claim in the team's namespace, binds the snapshot into `ml-backup` the way
+Velero's data mover does, and starts the Job `backup-<source>`, whose pod mounts a read-only shallow clone of it
+(generic ephemeral volume, CephFS `backingSnapshot`) and runs `backup` (`container/cephfs-backup.sh`: guards,
+sync or copy, check, record), `status` (kubectl patch of the status ConfigMap: `lastSuccessTime`,
+`lastRunTime`, `lastResult`, `bytes`, `objects`) and `result` (fails the Job exactly when the backup failed).
+In the team's namespace the program creates only the Role that lets the launcher take and delete the snapshot
+`backup-<source>`; cluster-wide, the launcher's ClusterRole on VolumeSnapshotContents. Every pod is non-root
+and admissible under Pod Security `restricted`.
 """
 
 from __future__ import annotations
@@ -32,24 +30,30 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.minio.backup_specs import (
-    CA_CONFIGMAP,
-    SNAPSHOT_API,
-    backup_user,
+from components.minio.backup_launcher import (
+    bound_snapshot,
+    cluster_rules,
+    content_template,
     cronjob_spec,
-    job_manifest,
-    labels,
-    launcher_account,
-    rclone_environment,
-    rclone_secret,
-    run_name,
-    shallow_class,
-    snapshot_manifest,
-    status_configmap,
+    csi_driver,
+    platform_rules,
+    source_rules,
+    source_snapshot,
 )
+from components.minio.backup_specs import job_manifest, labels, rclone_environment, shallow_class
 from components.namespaces import platform_namespace
 from settings import BackupSource, CephSettings, MinioSettings
-from settings.storage import BACKUP_NAMESPACE
+from settings.backup_layout import (
+    BACKUP_NAMESPACE,
+    CA_CONFIGMAP,
+    backup_user,
+    cronjob,
+    launcher_account,
+    launcher_cluster_role,
+    rclone_secret,
+    run_spec,
+    status_configmap,
+)
 
 
 def backup_jobs(
@@ -64,9 +68,8 @@ def backup_jobs(
     provider: pulumi.ProviderResource,
     depends_on: Sequence[pulumi.Resource],
 ) -> Sequence[pulumi.Resource]:
-    """The platform namespace `ml-backup` (status ConfigMaps, their Roles), the clones' StorageClass,
-    and per source, in its team's namespace (waited for): its MinIO credentials, ServiceAccounts,
-    RBAC, run spec and CronJob."""
+    """The platform namespace `ml-backup`, the clones' StorageClass, the CA, and per source its pipeline in
+    `ml-backup` and the launcher's Role in the source's namespace (which waits for that namespace)."""
     if not minio.backup.sources:
         return []
     opts = pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=list(depends_on))
@@ -74,17 +77,17 @@ def backup_jobs(
         "backup-namespace",
         BACKUP_NAMESPACE,
         "restricted",
-        "Backup status ConfigMaps and the Roles that let each backup job patch only its own; no pods.",
+        "The backup pipeline (keys, accounts, run specs, CronJobs, status records, backup Jobs reading snapshot "
+        "clones); no team has any right here. Its pods are non-root and need nothing above restricted.",
         provider=provider,
         parent=parent,
         depends_on=depends_on,
     )
-    driver = f"{ceph.namespace}.cephfs.csi.ceph.com"
     secrets = ceph.namespace
     clones = k8s.storage.v1.StorageClass(
         "backup-snapshot-clones",
         metadata={"name": shallow_class(ceph)},
-        provisioner=driver,
+        provisioner=csi_driver(ceph),
         # ceph-csi "snapshot-backed volumes" (docs/cephfs-snapshot-backed-volumes.md): a ReadOnlyMany
         # volume from a CephFS snapshot that copies nothing and is deleted with the pod.
         parameters={
@@ -100,20 +103,19 @@ def backup_jobs(
         volume_binding_mode="Immediate",
         opts=opts,
     )
-    resources: list[pulumi.Resource] = [status_namespace, clones]
-    for namespace in sorted({s.namespace for s in minio.backup.sources}):
-        resources.append(
-            k8s.core.v1.ConfigMap(
-                f"backup-ca-{namespace}",
-                metadata={"name": CA_CONFIGMAP, "namespace": namespace},
-                data={"ca.crt": ca_pem},
-                opts=_in(opts, team_namespaces.get(namespace)),
-            )
-        )
     in_backup_ns = _in(opts, status_namespace)
+    ca = k8s.core.v1.ConfigMap(
+        "backup-ca",
+        metadata={"name": CA_CONFIGMAP, "namespace": BACKUP_NAMESPACE},
+        data={"ca.crt": ca_pem},
+        opts=in_backup_ns,
+    )
+    resources: list[pulumi.Resource] = [status_namespace, clones, ca]
     for source in minio.backup.sources:
-        here = _in(opts, team_namespaces.get(source.namespace), clones)
-        resources += _source_resources(minio, ceph, endpoint, secret_keys[source.name], source, here, in_backup_ns)
+        in_team_ns = _in(opts, team_namespaces.get(source.namespace))
+        resources += _source_resources(
+            minio, ceph, endpoint, secret_keys[source.name], source, in_backup_ns, in_team_ns, opts, [clones, ca]
+        )
     return resources
 
 
@@ -121,13 +123,18 @@ def _in(opts: pulumi.ResourceOptions, *after: Any) -> pulumi.ResourceOptions:
     return pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[r for r in after if r is not None]))
 
 
-def _role(name: str, namespace: str, rules: list[dict], subject: str, subject_ns: str, opts) -> list:
-    role = k8s.rbac.v1.Role(f"{name}-role", metadata={"name": name, "namespace": namespace}, rules=rules, opts=opts)
-    binding = k8s.rbac.v1.RoleBinding(
-        f"{name}-binding",
-        metadata={"name": name, "namespace": namespace},
-        role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        subjects=[{"kind": "ServiceAccount", "name": subject, "namespace": subject_ns}],
+def _role(
+    resource: str, name: str, namespace: str, rules: list[dict], subject: str, opts, *, cluster: bool = False
+) -> list:
+    """A Role (or ClusterRole) and its binding to one ServiceAccount of `ml-backup`, both named `name`."""
+    meta = {"name": name} if cluster else {"name": name, "namespace": namespace}
+    role_kind, binding_kind = ("ClusterRole", "ClusterRoleBinding") if cluster else ("Role", "RoleBinding")
+    role = getattr(k8s.rbac.v1, role_kind)(f"{resource}-role", metadata=meta, rules=rules, opts=opts)
+    binding = getattr(k8s.rbac.v1, binding_kind)(
+        f"{resource}-binding",
+        metadata=meta,
+        role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name},
+        subjects=[{"kind": "ServiceAccount", "name": subject, "namespace": BACKUP_NAMESPACE}],
         opts=opts,
     )
     return [role, binding]
@@ -140,37 +147,49 @@ def _source_resources(
     secret_key: pulumi.Input[str],
     source: BackupSource,
     here: pulumi.ResourceOptions,
-    in_backup_ns: pulumi.ResourceOptions,
+    in_team_ns: pulumi.ResourceOptions,
+    cluster: pulumi.ResourceOptions,
+    shared: list[pulumi.Resource],
 ) -> list[pulumi.Resource]:
-    name, namespace = source.name, source.namespace
+    """One source's pipeline. The Pulumi names are those of the pipeline's first home (the team's namespace), so a
+    deployed stack sees each object replaced into `ml-backup`, created there before the old one is deleted; the
+    launcher's Role in the team namespace keeps its name and is updated in place (a new name would collide)."""
+    name = source.name
     env = pulumi.Output.from_input(secret_key).apply(
         lambda key: rclone_environment(f"https://{endpoint}", backup_user(name), key)
     )
     created: list[pulumi.Resource] = [
         k8s.core.v1.Secret(
             f"backup-{name}-rclone",
-            metadata={"name": rclone_secret(name), "namespace": namespace},
+            metadata={"name": rclone_secret(name), "namespace": BACKUP_NAMESPACE},
             string_data=pulumi.Output.secret(env),
             opts=here,
         ),
         k8s.core.v1.ServiceAccount(
-            f"backup-{name}-account", metadata={"name": backup_user(name), "namespace": namespace}, opts=here
+            f"backup-{name}-account", metadata={"name": backup_user(name), "namespace": BACKUP_NAMESPACE}, opts=here
         ),
         k8s.core.v1.ServiceAccount(
-            f"backup-{name}-launcher", metadata={"name": launcher_account(name), "namespace": namespace}, opts=here
+            f"backup-{name}-launcher",
+            metadata={"name": launcher_account(name), "namespace": BACKUP_NAMESPACE},
+            opts=here,
         ),
         # The job writes the data; the program only creates the object (a refresh must not reset it).
         k8s.core.v1.ConfigMap(
             f"backup-status-{name}",
             metadata={"name": status_configmap(name), "namespace": BACKUP_NAMESPACE, "labels": labels(name)},
-            opts=pulumi.ResourceOptions.merge(in_backup_ns, pulumi.ResourceOptions(ignore_changes=["data"])),
+            opts=pulumi.ResourceOptions.merge(here, pulumi.ResourceOptions(ignore_changes=["data"])),
         ),
         k8s.core.v1.ConfigMap(
             f"backup-{name}-run",
-            metadata={"name": f"{run_name(name)}-run", "namespace": namespace, "labels": labels(name)},
+            metadata={"name": run_spec(name), "namespace": BACKUP_NAMESPACE, "labels": labels(name)},
             data={
-                "snapshot.json": json.dumps(snapshot_manifest(ceph, source), indent=2, sort_keys=True),
-                "job.json": json.dumps(job_manifest(minio, ceph, source), indent=2, sort_keys=True),
+                file: json.dumps(manifest, indent=2, sort_keys=True)
+                for file, manifest in (
+                    ("snapshot.json", source_snapshot(ceph, source)),
+                    ("content.json", content_template(ceph, source)),
+                    ("bound-snapshot.json", bound_snapshot(ceph, source)),
+                    ("job.json", job_manifest(minio, ceph, source)),
+                )
             },
             opts=here,
         ),
@@ -181,24 +200,30 @@ def _source_resources(
         "resourceNames": [status_configmap(name)],
         "verbs": ["patch"],
     }
+    launcher = launcher_account(name)
     created += _role(
-        status_configmap(name), BACKUP_NAMESPACE, [status_rule], backup_user(name), namespace, in_backup_ns
+        f"backup-status-{name}", status_configmap(name), BACKUP_NAMESPACE, [status_rule], backup_user(name), here
     )
-    # The launcher: its own snapshot and Job only (create cannot be limited by name; delete can).
-    launcher_rules = [
-        {"apiGroups": [group], "resources": [kind], "verbs": ["create", "get", "list", "watch"]}
-        for group, kind in ((SNAPSHOT_API, "volumesnapshots"), ("batch", "jobs"))
-    ] + [
-        {"apiGroups": [group], "resources": [kind], "resourceNames": [run_name(name)], "verbs": ["delete"]}
-        for group, kind in ((SNAPSHOT_API, "volumesnapshots"), ("batch", "jobs"))
-    ]
-    created += _role(launcher_account(name), namespace, launcher_rules, launcher_account(name), namespace, here)
+    created += _role(f"backup-{name}-launcher", launcher, source.namespace, source_rules(source), launcher, in_team_ns)
+    created += _role(
+        f"backup-{name}-launcher-platform", launcher, BACKUP_NAMESPACE, platform_rules(source), launcher, here
+    )
+    created += _role(
+        f"backup-{name}-launcher-cluster",
+        launcher_cluster_role(name),
+        "",
+        cluster_rules(source),
+        launcher,
+        cluster,
+        cluster=True,
+    )
     created.append(
         k8s.batch.v1.CronJob(
             f"backup-{name}",
-            metadata={"name": name, "namespace": namespace, "labels": labels(name)},
-            spec=cronjob_spec(minio, source),
-            opts=pulumi.ResourceOptions.merge(here, pulumi.ResourceOptions(depends_on=list(created))),
+            metadata={"name": cronjob(name), "namespace": BACKUP_NAMESPACE, "labels": labels(name)},
+            spec=cronjob_spec(minio, ceph, source),
+            # Its first run needs everything above, the clones' StorageClass and the CA.
+            opts=pulumi.ResourceOptions.merge(here, pulumi.ResourceOptions(depends_on=[*created, *shared])),
         )
     )
     return created

@@ -1,6 +1,6 @@
-"""What the CephFS backup runs, per source (`backup.py` creates it): the launcher CronJob and the Job it
-creates, their pods, the VolumeSnapshot, the rclone environment, and the names of the users, accounts and
-status ConfigMaps. Plain manifests, no resources."""
+"""What the CephFS backup Job runs, per source (`backup.py` creates it; `backup_launcher.py` starts it): its
+pod, the rclone environment, and the restricted pod shape both share. Plain manifests, no resources. The names
+come from the layout (settings/backup_layout.py), which the settings check for collisions."""
 
 from __future__ import annotations
 
@@ -9,26 +9,33 @@ from typing import Any
 
 from components.cluster.config import ROLE_LABEL
 from settings import BackupSource, CephSettings, MinioSettings
-from settings.storage import BACKUP_NAMESPACE
+from settings.backup_layout import (
+    BACKUP_NAMESPACE,
+    CA_CONFIGMAP,
+    backup_user,
+    launcher_account,
+    rclone_secret,
+    restore_user,
+    run_name,
+    status_configmap,
+)
+
+__all__ = [
+    "BACKUP_NAMESPACE",
+    "CA_CONFIGMAP",
+    "backup_user",
+    "launcher_account",
+    "rclone_secret",
+    "restore_user",
+    "run_name",
+    "status_configmap",
+]
 
 REMOTE = "nas"  # rclone remote configured from RCLONE_CONFIG_NAS_* variables
 DATA_MOUNT = "/data"
 CA_MOUNT = "/ca"
 STATUS_MOUNT = "/status"
-CA_CONFIGMAP = "backup-ca"
 SCRIPT = Path(__file__).parent / "container" / "cephfs-backup.sh"
-
-
-def status_configmap(source: str) -> str:
-    return f"backup-status-{source}"
-
-
-def backup_user(source: str) -> str:
-    return f"backup-{source}"
-
-
-def restore_user(source: str) -> str:
-    return f"restore-{source}"
 
 
 def backup_environment(
@@ -74,12 +81,6 @@ RESTRICTED_CONTAINER = {
     "capabilities": {"drop": ["ALL"]},
 }
 SNAPSHOT_API = "snapshot.storage.k8s.io"
-RUN_CONFIGMAP_MOUNT = "/run-spec"
-
-
-def run_name(source: str) -> str:
-    """The VolumeSnapshot and the Job of one run (one of each at a time)."""
-    return f"backup-{source}"
 
 
 def shallow_class(ceph: CephSettings) -> str:
@@ -196,24 +197,11 @@ def labels(source: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": "cephfs-backup", "ml-platform.io/source": source}
 
 
-def snapshot_manifest(ceph: CephSettings, source: BackupSource) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{SNAPSHOT_API}/v1",
-        "kind": "VolumeSnapshot",
-        "metadata": {"name": run_name(source.name), "namespace": source.namespace, "labels": labels(source.name)},
-        # The tier-2 CephFS snapshot class (Rook's chart creates it with the shared class's name).
-        "spec": {
-            "volumeSnapshotClassName": ceph.shared_storage_class,
-            "source": {"persistentVolumeClaimName": source.claim_name},
-        },
-    }
-
-
 def job_manifest(minio: MinioSettings, ceph: CephSettings, source: BackupSource) -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": run_name(source.name), "namespace": source.namespace, "labels": labels(source.name)},
+        "metadata": {"name": run_name(source.name), "namespace": BACKUP_NAMESPACE, "labels": labels(source.name)},
         "spec": {
             # A failed run is recorded and waits for the next schedule (or a manual run): repeating
             # a refused run would only repeat the refusal.
@@ -222,74 +210,3 @@ def job_manifest(minio: MinioSettings, ceph: CephSettings, source: BackupSource)
             "template": {"metadata": {"labels": labels(source.name)}, "spec": pod_spec(minio, ceph, source)},
         },
     }
-
-
-def launcher_pod(minio: MinioSettings, source: BackupSource) -> dict[str, Any]:
-    """Delete the previous run's Job and snapshot, snapshot the claim, wait, create the Job: one
-    kubectl command per container (the kubectl image has no shell), in order."""
-    name = run_name(source.name)
-    timeout = "--timeout=1800s"
-
-    def kubectl(step: str, *args: str) -> dict[str, Any]:
-        return {
-            "name": step,
-            "image": minio.backup.kubectl_image,
-            "args": [*args, "--namespace", source.namespace],
-            "env": [{"name": "HOME", "value": "/tmp"}],
-            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
-            "volumeMounts": [
-                {"name": "tmp", "mountPath": "/tmp"},
-                {"name": "run-spec", "mountPath": RUN_CONFIGMAP_MOUNT, "readOnly": True},
-            ],
-            "securityContext": RESTRICTED_CONTAINER,
-        }
-
-    return restricted_pod(
-        launcher_account(source.name),
-        65534,
-        65534,
-        [
-            # The previous Job first (its pod and clone go with it: foreground), then its snapshot.
-            kubectl("delete-job", "delete", "job", name, "--ignore-not-found", "--cascade=foreground", timeout),
-            kubectl("delete-snapshot", "delete", "volumesnapshot", name, "--ignore-not-found", timeout),
-            kubectl("snapshot", "create", "--filename", f"{RUN_CONFIGMAP_MOUNT}/snapshot.json"),
-            kubectl(
-                "wait-snapshot",
-                "wait",
-                "--for=jsonpath={.status.readyToUse}=true",
-                f"volumesnapshot/{name}",
-                timeout,
-            ),
-        ],
-        [kubectl("start-backup", "create", "--filename", f"{RUN_CONFIGMAP_MOUNT}/job.json")],
-        [
-            {"name": "tmp", "emptyDir": {}},
-            {"name": "run-spec", "configMap": {"name": f"{name}-run"}},
-        ],
-    )
-
-
-def cronjob_spec(minio: MinioSettings, source: BackupSource) -> dict[str, Any]:
-    return {
-        "schedule": minio.backup.schedule,
-        "timeZone": "Etc/UTC",
-        "concurrencyPolicy": "Forbid",
-        "startingDeadlineSeconds": 3600,
-        "successfulJobsHistoryLimit": 3,
-        "failedJobsHistoryLimit": 3,
-        "jobTemplate": {
-            "spec": {
-                "backoffLimit": 0,
-                "activeDeadlineSeconds": 3600,
-                "template": {"metadata": {"labels": labels(source.name)}, "spec": launcher_pod(minio, source)},
-            }
-        },
-    }
-
-
-def rclone_secret(source: str) -> str:
-    return f"backup-{source}-rclone"
-
-
-def launcher_account(source: str) -> str:
-    return f"backup-{source}-launcher"

@@ -36,6 +36,7 @@ from components.minio.backup import backup_jobs
 from components.minio.backup_specs import backup_user, restore_user
 from components.minio.objects import Bucket, User, bucket_policy, prefix_policy
 from settings import CephSettings, EtcdSnapshots, MinioSettings, NasHost, NasSettings
+from settings.backup_layout import bucket_keys
 from settings.erasure import ErasureLayout, erasure_layout, host_range
 
 ETCD_S3_SECRET = "rke2-etcd-s3"
@@ -63,7 +64,7 @@ def user_policies(minio: MinioSettings) -> dict[str, str]:
     bucket = minio.cephfs_backup_bucket
     policies = {}
     for source in minio.backup.sources:
-        prefixes = [f"{source.name}/", f"status/{source.name}.json"]
+        prefixes = bucket_keys(source.name)
         policies[backup_user(source.name)] = prefix_policy(bucket, prefixes, write, LIST_ACTIONS)
         policies[restore_user(source.name)] = prefix_policy(bucket, prefixes, READ_ACTIONS, READ_LIST_ACTIONS)
     etcd = minio.etcd_snapshot_bucket

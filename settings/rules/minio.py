@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from pydantic.alias_generators import to_camel
 
+from settings.backup_layout import layout_problems
 from settings.erasure import ErasureLayout, default_parity, default_set_size, host_range, set_size_problem
 from settings.rules.base import rule
 from settings.rules.scheduling import not_created, team_namespaces
@@ -112,6 +113,25 @@ def _backup_source_problems(s: Settings, add) -> None:
             add(f"storage.minio.backup.sources[{i}].name: {source.name!r} is used twice; names must be unique")
 
 
+def _backup_layout_problems(s: Settings, add) -> None:
+    """Names derived from the layout (settings/backup_layout.py): no two sources, and no source and the pipeline,
+    own the same object or bucket key, and every object's name fits its kind."""
+    sources = s.storage.minio.backup.sources
+    for i, problem in layout_problems((src.name, src.namespace) for src in sources):
+        add(f"storage.minio.backup.sources[{i}].name: {sources[i].name!r} {problem}; choose another name")
+
+
+def _object_lock_problems(s: Settings, add) -> None:
+    minio = s.storage.minio
+    if minio.object_lock_days is not None and minio.object_lock_days < minio.noncurrent_retention_days:
+        add(
+            f"storage.minio.objectLockDays: {minio.object_lock_days} is less than noncurrentRetentionDays "
+            f"({minio.noncurrent_retention_days}): a version would lose its lock while the lifecycle still keeps it, "
+            f"so a key allowed to delete could remove it early; set objectLockDays to at least "
+            f"{minio.noncurrent_retention_days} (or lower noncurrentRetentionDays)"
+        )
+
+
 def _bucket_problems(s: Settings, add) -> None:
     """One bucket, one purpose: each purpose has its own retention, locking and identities; sharing a bucket
     would let the backup identities read or expire what another purpose keeps (etcd snapshots hold every
@@ -142,6 +162,8 @@ RULES = (
     rule(_erasure_problems, "the NAS drive sets and the MinIO erasure layout", "nas storage", "nas"),
     rule(_backup_tier_problems, "the backup sources against tiers 2 and 3", "storage nodes nas", "nodes nas"),
     rule(_backup_source_problems, "each backup source", "storage nodes"),
+    rule(_backup_layout_problems, "the names each backup source owns", "storage", "storage"),
+    rule(_object_lock_problems, "object locking against the version retention", "storage"),
     rule(_bucket_problems, "one bucket per purpose", "storage"),
     rule(_backup_namespace_problems, "the backup sources' namespaces", "storage scheduling", "scheduling"),
 )

@@ -1,5 +1,6 @@
 """Danger on the NAS: drives that leave MinIO's server pool, a changed pool definition, a renamed
-MinIO service, object locking asked of an existing bucket, and a backup source that stops."""
+MinIO service, object locking asked of an existing bucket, a backup source that stops, and a backup pipeline that
+moves namespace."""
 
 from __future__ import annotations
 
@@ -132,10 +133,32 @@ def _backup_stop_danger(sides: Sides) -> list[str]:
     ]
 
 
+def _backup_move_danger(sides: Sides) -> list[str]:
+    """A source's backup CronJob replaced into another namespace (the pipeline moving into ml-backup): the up
+    deletes the old CronJob, key and accounts after creating the new ones."""
+    lines = []
+    for e, old, new in sides.pairs():
+        if e.type != "kubernetes:batch/v1:CronJob" or not e.name.startswith("backup-") or not old or not new:
+            continue
+        was, now = old["inputs"]["metadata"]["namespace"], new["inputs"]["metadata"]["namespace"]
+        if was != now:
+            source = new["inputs"]["metadata"]["name"]
+            lines.append(
+                f"{e.name}: the backup pipeline of source {source} moves from namespace {was} to {now}: the up "
+                f"deletes its CronJob, rclone key, ServiceAccounts and run spec in {was}. A run in progress there "
+                "keeps copying but cannot record its result (its account is gone): its status stays at the last "
+                f"success and the Job fails; its Job and VolumeSnapshot backup-{source} stay in {was} (the first "
+                "new run deletes the snapshot; delete the Job by hand). Let a running backup finish first "
+                "(docs/runbook.md, 'Moving the backups into ml-backup')"
+            )
+    return lines
+
+
 CLASSES = (
     DangerClass("NAS drives leaving MinIO's pool: a NAS host removed, drives taken off or replaced", _drive_danger),
     DangerClass("MinIO's pool definition changed (drive count, erasure set size, parity)", _pool_danger),
     DangerClass("MinIO's service or binary renamed on the NAS hosts", _service_rename_danger),
     DangerClass("Object locking asked of an existing bucket", _object_lock_danger),
     DangerClass("A backup source removed: its backups stop", _backup_stop_danger),
+    DangerClass("A backup pipeline moved to another namespace: its old objects are deleted", _backup_move_danger),
 )

@@ -334,6 +334,32 @@ def test_s3_round_trip_against_a_real_s3_server(tmp_path):
         assert missing.returncode == 1 and "acceptance check storage-s3 failed on no-bucket: put of" in missing.stderr
 
 
+@pytest.mark.real_server  # a real rclone S3 server
+def test_s3_round_trip_keeps_one_object_when_the_identity_may_not_delete(tmp_path):
+    # Object locking (prod): the backup identity has no delete. The check must pass without deleting, and
+    # reuse one key, so repeated runs add versions of one object (which the lifecycle expires), not objects.
+    with serve_s3(tmp_path, buckets=("cephfs-backup",)) as s3:
+        work = tmp_path / "work"
+        work.mkdir()
+        env = dict(PREFIX="datasets", SIZE_MIB="1", FLOOR_MIB_S="0.1", WORK=str(work), DELETE="false", **s3.env)
+        for _ in range(2):
+            proc = run_check(
+                "s3.sh", tmp_path, {}, CHECK="storage-s3", NODE="cephfs-backup", BUCKET="cephfs-backup", **env
+            )
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            result = result_line(proc)
+            assert result["status"] == "passed" and "kept (object locking)" in result["detail"], result
+        stored = [p for p in (s3.root / "cephfs-backup").rglob("*") if p.is_file()]
+        assert [p.relative_to(s3.root / "cephfs-backup").as_posix() for p in stored] == ["datasets/.acceptance"]
+
+
+def test_the_s3_check_runs_in_ml_backup_and_knows_whether_it_may_delete(prod_plan):
+    job = jobs(prod_plan)["acceptance-storage-s3"]["inputs"]
+    assert job["metadata"]["namespace"] == "ml-backup"  # where the backup identities' keys are
+    env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["DELETE"] == "false"  # prod locks the bucket
+
+
 CLOCKS = {"gpu-01": "1000", "nas-01": "1500", "cpu-04": "0"}  # cpu-04: never collected
 # The start of a stubbed `wget --post-file FILE`: the JSON-RPC request is in $request.
 WGET_REQUEST = """for a in "$@"; do [ "${next:-}" = 1 ] && request=$a; next=; [ "$a" = --post-file ] && next=1; done"""

@@ -60,10 +60,8 @@ def test_every_backup_pod_is_admissible_under_its_namespaces_level(cis_plan):
         "backup-datasets",
         "backup-datasets-job",
     ]
-    assert {namespace: levels[namespace] for _, namespace, _ in pods} == {
-        "llm-train": "baseline",  # an RDMA team
-        "research": "restricted",
-    }
+    # Every backup pod runs in the platform namespace, whatever the team's level (llm-train is baseline: RDMA).
+    assert {namespace: levels[namespace] for _, namespace, _ in pods} == {BACKUP_NAMESPACE: "restricted"}
     for name, namespace, pod in pods:
         assert podsecurity.violations(levels[namespace], pod, {}) == [], name
         # ... and under restricted, whatever the team's level: the backup needs no privilege at all.
@@ -75,8 +73,8 @@ def test_the_status_namespace_is_created_restricted_and_every_backup_object_wait
     metadata = namespaces[BACKUP_NAMESPACE]["inputs"]["metadata"]
     assert metadata["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     assert len(metadata["annotations"]["ml-platform.io/pod-security-reason"]) > 40
-    # A first `up` does not fail on a namespace that does not exist yet: the ConfigMaps and Roles wait
-    # for ml-backup, the source's objects for its team namespace (created by the teams' component).
+    # A first `up` does not fail on a namespace that does not exist yet: the pipeline waits for ml-backup,
+    # the launcher's Role in a team namespace for that namespace (created by the teams' component).
     backup_objects = [
         r
         for r in cis_plan.resources
@@ -85,6 +83,12 @@ def test_the_status_namespace_is_created_restricted_and_every_backup_object_wait
         and r["name"].startswith("backup-")
     ]
     assert len(backup_objects) > 10
+    assert {(r["inputs"].get("metadata") or {}).get("namespace") for r in backup_objects} == {
+        BACKUP_NAMESPACE,
+        "llm-train",
+        "research",
+        None,  # the StorageClass of the clones and the launcher's ClusterRoles
+    }
     for r in backup_objects:
         namespace = (r["inputs"].get("metadata") or {}).get("namespace")
         if namespace:

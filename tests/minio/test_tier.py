@@ -242,7 +242,8 @@ def test_buckets_and_users_are_tracked_resources(prod_plan):
     ]
     assert dynamic["minio-bucket-cephfs-backup"]["versioning"] is True
     assert dynamic["minio-bucket-cephfs-backup"]["noncurrentDays"] == 30
-    assert dynamic["minio-bucket-cephfs-backup"]["lockDays"] == 0
+    # Prod locks both buckets (governance mode), each version at least as long as the lifecycle keeps it.
+    assert dynamic["minio-bucket-cephfs-backup"]["lockDays"] == dynamic["minio-bucket-etcd-snapshots"]["lockDays"] == 30
     for inputs in dynamic.values():
         assert inputs["accessKey"] == SECRET and inputs["secretKey"] == SECRET
 
@@ -301,62 +302,29 @@ def run_spec(plan, source: str) -> tuple[dict, dict]:
     return json.loads(data["snapshot.json"]), json.loads(data["job.json"])
 
 
-def test_object_locking_takes_delete_away_and_makes_the_jobs_copy():
-    def lock(raw):
-        raw["storage"]["minio"]["objectLockDays"] = 30
+def test_object_locking_takes_delete_away_and_makes_the_jobs_copy(prod_plan):
+    def unlock(raw):
+        raw["storage"]["minio"]["objectLockDays"] = None
 
-    plan = evaluate("prod", lock)
-    dynamic = {r["name"]: r["inputs"] for r in plan.by_type("pulumi-python:dynamic:Resource")}
-    assert dynamic["minio-bucket-cephfs-backup"]["lockDays"] == 30
-    assert dynamic["minio-bucket-etcd-snapshots"]["lockDays"] == 30
-    for user in ("backup-datasets", "backup-checkpoints", "etcd-snapshot-writer"):
-        assert not any("Delete" in a for st in statements(plan, user) for a in st["Action"]), user
-    pod = run_spec(plan, "datasets")[1]["spec"]["template"]["spec"]
-    env = {e["name"]: e.get("value") for e in pod["initContainers"][0]["env"]}
-    assert env["MODE"] == "copy"
-
-
-def test_the_launcher_snapshots_the_claim_then_starts_the_backup_job(prod_plan):
-    cron = prod_plan.named("backup-datasets")["inputs"]
-    assert cron["metadata"]["name"] == "datasets" and cron["metadata"]["namespace"] == "llm-train"  # after the source
-    spec = cron["spec"]
-    assert spec["concurrencyPolicy"] == "Forbid" and spec["schedule"] == "30 1 * * *"
-    pod = spec["jobTemplate"]["spec"]["template"]["spec"]
-    steps = [(c["name"], c["args"]) for c in pod["initContainers"] + pod["containers"]]
-    assert [name for name, _ in steps] == ["delete-job", "delete-snapshot", "snapshot", "wait-snapshot", "start-backup"]
-    assert steps[0][1][:3] == ["delete", "job", "backup-datasets"] and "--cascade=foreground" in steps[0][1]
-    assert steps[1][1][:3] == ["delete", "volumesnapshot", "backup-datasets"]
-    assert steps[3][1][:3] == ["wait", "--for=jsonpath={.status.readyToUse}=true", "volumesnapshot/backup-datasets"]
-    assert all(args[-2:] == ["--namespace", "llm-train"] for _, args in steps)
-    assert pod["serviceAccountName"] == "backup-datasets-launcher"
-    snapshot, job = run_spec(prod_plan, "datasets")
-    assert snapshot["spec"] == {
-        "volumeSnapshotClassName": "tier2-shared",
-        "source": {"persistentVolumeClaimName": "shared-datasets"},
-    }
-    clone = next(v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "data")
-    claim = clone["ephemeral"]["volumeClaimTemplate"]["spec"]
-    assert claim["accessModes"] == ["ReadOnlyMany"] and claim["storageClassName"] == "tier2-shared-snapshot-ro"
-    assert claim["dataSource"] == {
-        "apiGroup": "snapshot.storage.k8s.io",
-        "kind": "VolumeSnapshot",
-        "name": "backup-datasets",
-    }
-    assert claim["resources"]["requests"]["storage"] == "200Ti"
-    sc = prod_plan.named("backup-snapshot-clones")["inputs"]
-    assert sc["provisioner"] == "rook-ceph.cephfs.csi.ceph.com"
-    assert sc["parameters"]["backingSnapshot"] == "true" and sc["parameters"]["fsName"] == "tier2fs"
-    role = prod_plan.named("backup-datasets-launcher-role")["inputs"]
-    deletes = [r for r in role["rules"] if "delete" in r["verbs"]]
-    assert all(r["resourceNames"] == ["backup-datasets"] for r in deletes) and len(deletes) == 2
-    assert not any(set(r["verbs"]) & {"update", "patch", "*"} for r in role["rules"])
+    unlocked = evaluate("prod", unlock)
+    for plan, lock_days, mode in ((prod_plan, 30, "copy"), (unlocked, 0, "sync")):
+        dynamic = {r["name"]: r["inputs"] for r in plan.by_type("pulumi-python:dynamic:Resource")}
+        assert dynamic["minio-bucket-cephfs-backup"]["lockDays"] == lock_days
+        assert dynamic["minio-bucket-etcd-snapshots"]["lockDays"] == lock_days
+        for user in ("backup-datasets", "backup-checkpoints", "etcd-snapshot-writer"):
+            deletes = [a for st in statements(plan, user) for a in st["Action"] if "Delete" in a]
+            # Without locking a run's deletions leave delete markers (versions stay); never a version delete.
+            assert deletes == ([] if lock_days else ["s3:DeleteObject"]), (user, deletes)
+        pod = run_spec(plan, "datasets")[1]["spec"]["template"]["spec"]
+        env = {e["name"]: e.get("value") for e in pod["initContainers"][0]["env"]}
+        assert env["MODE"] == mode
 
 
 def test_backup_job_runs_the_tested_script_on_cpu_nodes(prod_plan):
     _, job = run_spec(prod_plan, "datasets")
     assert job["metadata"] == {
         "name": "backup-datasets",
-        "namespace": "llm-train",
+        "namespace": "ml-backup",
         "labels": {"app.kubernetes.io/name": "cephfs-backup", "ml-platform.io/source": "datasets"},
     }
     assert job["spec"]["activeDeadlineSeconds"] == 72000 and job["spec"]["backoffLimit"] == 0
@@ -369,7 +337,7 @@ def test_backup_job_runs_the_tested_script_on_cpu_nodes(prod_plan):
     expected = backup_environment(
         "datasets",
         "cephfs-backup",
-        mode="sync",
+        mode="copy",  # prod locks the bucket: the backup identity may not delete
         max_delete=10000,
         max_shrink_percent=50,
         verify="size",
@@ -401,18 +369,16 @@ def test_the_status_configmap_and_the_only_rbac_the_job_gets(prod_plan):
             }
         ]
         binding = prod_plan.named(f"backup-status-{source}-binding")["inputs"]
-        namespace = {"datasets": "llm-train", "checkpoints": "research"}[source]
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"backup-{source}", "namespace": namespace}]
+        # The account lives in ml-backup: only a pod there can run as it, and no team can create one there.
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"backup-{source}", "namespace": "ml-backup"}]
         pod = run_spec(prod_plan, source)[1]["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == f"backup-{source}"  # the only account bound to that Role
-    assert not [
-        r for r in prod_plan.by_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole") if "backup" in r["name"]
-    ]
 
 
 def test_rclone_secret_configures_the_remote_from_the_environment(known_plan):
     for source in ("datasets", "checkpoints"):
         secret = known_plan.named(f"backup-{source}-rclone")
+        assert secret["inputs"]["metadata"]["namespace"] == "ml-backup"
         data = known_plan.revealed[secret["urn"]]["stringData"]
         assert data["RCLONE_CONFIG_NAS_TYPE"] == "s3" and data["RCLONE_CONFIG_NAS_PROVIDER"] == "Minio"
         assert data["RCLONE_CONFIG_NAS_ENDPOINT"] == "https://minio.dc.example.internal:9000"
@@ -974,7 +940,8 @@ def test_runbook_watches_healing_with_the_header_minio_sets():
 
 def test_a_source_in_the_status_namespace_is_refused():
     found = problems(mutate=lambda raw: _minio(raw)["backup"]["sources"][1].update(namespace="ml-backup"))
-    assert "holds only the backups' status ConfigMaps" in only(found, "storage.minio.backup.sources[1].namespace")
+    line = only(found, "storage.minio.backup.sources[1].namespace")
+    assert "is the backup pipeline's platform namespace and holds no team data" in line
 
 
 def test_a_source_without_its_size_is_refused():
@@ -985,10 +952,10 @@ def test_a_source_without_its_size_is_refused():
 # --- the review names what stops or is refused ---------------------------------------------------
 
 
-def danger_after(mutate) -> list[str]:
+def danger_after(mutate, before=None) -> list[str]:
     from stacks import diff as diffs
 
-    base = evaluate("prod")
+    base = evaluate("prod", before)
     changed = evaluate("prod", mutate)
     return diffs.compare(json.loads(base.to_json()), json.loads(changed.to_json())).danger
 
@@ -999,7 +966,8 @@ def test_review_names_a_removed_backup_source():
 
 
 def test_review_names_object_locking_on_existing_buckets():
-    danger = danger_after(lambda raw: _minio(raw).update(objectLockDays=30))
+    # A stack deployed before prod locked its buckets: the buckets exist unlocked, the settings now lock them.
+    danger = danger_after(lambda raw: None, before=lambda raw: _minio(raw).update(objectLockDays=None))
     assert sum("object locking asked of the existing bucket" in line for line in danger) == 2, danger
 
 
@@ -1007,3 +975,84 @@ def test_review_names_a_renamed_minio_service():
     danger = danger_after(lambda raw: _minio(raw).update(service="silo", binary="silo"))
     lines = [line for line in danger if "service minio -> silo, binary minio -> silo" in line]
     assert len(lines) == 4 and "systemctl disable --now minio" in lines[0], danger
+
+
+@pytest.mark.parametrize(("source", "team"), [("datasets", "llm-train"), ("checkpoints", "research")])
+def test_review_names_the_pipeline_moving_out_of_the_team_namespace(source, team):
+    from stacks import diff as diffs
+
+    # A stack deployed with the pipeline in the team's namespace (its CronJob, key, accounts and run spec there).
+    head = json.loads(evaluate("prod").to_json())
+    base = json.loads(json.dumps(head))
+    moved = {f"backup-{source}", f"backup-{source}-rclone", f"backup-{source}-account", f"backup-{source}-run"}
+    for resource in base["resources"]:
+        if resource["name"] in moved:
+            resource["inputs"]["metadata"]["namespace"] = team
+    danger = diffs.compare(base, head).danger
+    (line,) = [d for d in danger if f"backup pipeline of source {source} moves" in d]
+    assert f"from namespace {team} to ml-backup" in line and "cannot record its result" in line
+    assert "Moving the backups into ml-backup" in line
+    unchanged = diffs.compare(head, head).danger
+    assert not any("moves from namespace" in d for d in unchanged)
+
+
+# What would destroy a locked version or loosen the lock, in MinIO's policy actions (minio/pkg policy/action.go).
+# s3:GetBucketObjectLockConfiguration is here too: MinIO lets a governance-mode delete through with the bypass
+# header for a holder of either it or s3:BypassGovernanceRetention (minio/minio cmd/bucket-object-lock.go,
+# enforceRetentionBypassForDelete).
+LOCK_BREAKING = [
+    "s3:DeleteObject",
+    "s3:DeleteObjectVersion",
+    "s3:BypassGovernanceRetention",
+    "s3:GetBucketObjectLockConfiguration",
+    "s3:PutObjectRetention",
+    "s3:PutObjectLegalHold",
+    "s3:PutBucketObjectLockConfiguration",
+    "s3:PutBucketVersioning",
+    "s3:PutLifecycleConfiguration",
+    "s3:PutBucketPolicy",
+    "s3:DeleteBucket",
+    "s3:ForceDeleteBucket",
+]
+
+
+def may(plan, user: str, action: str, resource: str) -> bool:
+    """Like `allowed`, with wildcards in the policy's actions too (`s3:*`, `s3:Delete*`), no prefix condition."""
+    from fnmatch import fnmatchcase
+
+    return any(
+        any(fnmatchcase(action, a) for a in st["Action"]) and any(fnmatchcase(resource, r) for r in st["Resource"])
+        for st in statements(plan, user)
+        if st["Effect"] == "Allow"
+    )
+
+
+@pytest.mark.parametrize("source", ["datasets", "checkpoints"])
+def test_no_identity_a_team_can_hold_may_delete_or_overwrite_a_locked_object(prod_plan, source):
+    # The identities whose keys ever sit in the cluster: the backup writer (ml-backup; a stolen key) and the
+    # restore reader (in the team's namespace during a restore, runbook 9).
+    bucket = "arn:aws:s3:::cephfs-backup"
+    for user in (f"backup-{source}", f"restore-{source}"):
+        for key in (f"{source}/dir/file", f"status/{source}.json", "datasets/x", "checkpoints/x", "status/other.json"):
+            for action in LOCK_BREAKING:
+                assert not may(prod_plan, user, action, f"{bucket}/{key}"), (user, action, key)
+        for action in LOCK_BREAKING:
+            assert not may(prod_plan, user, action, bucket), (user, action)
+    # A put never replaces a locked version: the bucket keeps versions, and each is locked (governance mode).
+    inputs = prod_plan.named("minio-bucket-cephfs-backup")["inputs"]
+    assert inputs["versioning"] is True and inputs["lockDays"] >= inputs["noncurrentDays"]
+    # The reader cannot even add a version.
+    assert not may(prod_plan, f"restore-{source}", "s3:PutObject", f"{bucket}/{source}/dir/file")
+
+
+def test_the_lock_check_finds_a_policy_that_could_break_the_lock(prod_plan):
+    # The same check against policies a mistake could produce: each is caught.
+    import copy
+
+    plan = copy.deepcopy(prod_plan)
+    resource = plan.named("minio-user-backup-datasets")
+    for extra in (["s3:*"], ["s3:Delete*"], ["s3:GetBucketObjectLockConfiguration"]):
+        policy = json.loads(prod_plan.named("minio-user-backup-datasets")["inputs"]["policy"])
+        policy["Statement"][-1]["Action"] += extra
+        resource["inputs"]["policy"] = json.dumps(policy)
+        assert any(may(plan, "backup-datasets", a, "arn:aws:s3:::cephfs-backup/datasets/x") for a in LOCK_BREAKING)

@@ -2,23 +2,34 @@
 # S3 round trip on MinIO as a backup identity (the rclone remote `nas` of a backup source's Secret): put
 # an object of SIZE_MIB in BUCKET under PREFIX (the source's prefix, all that identity may write), get it
 # back and compare, delete it. The backup's next sync would remove a leftover object there anyway.
-# Parameters: BUCKET PREFIX SIZE_MIB FLOOR_MIB_S WORK (a scratch directory)
+# With object locking the backup identity may not delete (DELETE=false): the object has one fixed key, so
+# each run adds a version and the older ones expire with the bucket's noncurrent-version lifecycle.
+# Parameters: BUCKET PREFIX SIZE_MIB FLOOR_MIB_S WORK (a scratch directory) DELETE (true or false)
 set -eu
-: "${BUCKET:?}" "${PREFIX:?}" "${SIZE_MIB:?}" "${FLOOR_MIB_S:?}" "${WORK:=/tmp}"
+: "${BUCKET:?}" "${PREFIX:?}" "${SIZE_MIB:?}" "${FLOOR_MIB_S:?}" "${WORK:=/tmp}" "${DELETE:=true}"
 
-object="nas:$BUCKET/$PREFIX/.acceptance-$(hostname)"
+if [ "$DELETE" = true ]; then
+  object="nas:$BUCKET/$PREFIX/.acceptance-$(hostname)"
+else
+  object="nas:$BUCKET/$PREFIX/.acceptance"
+fi
 dd if=/dev/urandom of="$WORK/put" bs=1M count="$SIZE_MIB" 2>/dev/null
 start=$(date +%s)
 rclone copyto "$WORK/put" "$object" || finish failed "" "$FLOOR_MIB_S" MiB/s "put of $object failed"
 put_done=$(date +%s)
 rclone copyto "$object" "$WORK/got" || finish failed "" "$FLOOR_MIB_S" MiB/s "get of $object failed"
 got_done=$(date +%s)
-rclone deletefile "$object" || finish failed "" "$FLOOR_MIB_S" MiB/s "delete of $object failed"
+deleted="delete ok"
+if [ "$DELETE" = true ]; then
+  rclone deletefile "$object" || finish failed "" "$FLOOR_MIB_S" MiB/s "delete of $object failed"
+else
+  deleted="kept (object locking)"
+fi
 cmp -s "$WORK/put" "$WORK/got" || finish failed "" "$FLOOR_MIB_S" MiB/s "the object read back differs from the one written"
 rm -f "$WORK/put" "$WORK/got"
 put_rate=$(mib_per_s "$SIZE_MIB" "$((put_done - start))")
 get_rate=$(mib_per_s "$SIZE_MIB" "$((got_done - put_done))")
 slower=$(awk -v p="$put_rate" -v g="$get_rate" 'BEGIN { print (p < g) ? p : g }')
-detail="put $put_rate MiB/s, get $get_rate MiB/s, delete ok ($SIZE_MIB MiB)"
+detail="put $put_rate MiB/s, get $get_rate MiB/s, $deleted ($SIZE_MIB MiB)"
 at_least "$slower" "$FLOOR_MIB_S" && finish passed "$slower" "$FLOOR_MIB_S" MiB/s "$detail"
 finish failed "$slower" "$FLOOR_MIB_S" MiB/s "$detail: below the floor of $FLOOR_MIB_S MiB/s"
