@@ -139,3 +139,12 @@ def write_plan(lab: Lab, directory: Path) -> StackPlan:
     if proc.returncode != 0:
         raise RuntimeError(f"stacks.plan failed for the harness's stack:\n{proc.stderr[-3000:]}")
     return StackPlan(config_file, plan_file, json.loads(plan_file.read_text()))
+
+
+def load_settings(config_file: Path):
+    """The validated settings of the harness's stack file (as `python -m stacks.drift` loads them)."""
+    from settings import SECRET_KEYS, load
+
+    doc = yaml.safe_load(config_file.read_text())["config"]
+    raw = {k.split(":", 1)[1]: v for k, v in doc.items() if k.startswith("ml-platform:")}
+    return load({k: v for k, v in raw.items() if k not in SECRET_KEYS})

@@ -88,7 +88,7 @@ class Lab:
 
     def _start_relay(self) -> None:
         """apt on the machines reaches the mirror through this relay (the mirror's name maps to GATEWAY)."""
-        log = open(STATE / "relay.log", "w")
+        log = open(STATE / "relay.log", "w")  # noqa: SIM115 (the relay writes to it until the end)
         self.relay = subprocess.Popen(
             ["socat", f"TCP-LISTEN:80,bind={GATEWAY},fork,reuseaddr", f"TCP:{MIRROR_HOSTS[0]}:80"],
             stdout=log,
@@ -137,7 +137,7 @@ class Lab:
         standins.link_disks(root, machine.disks)
 
     def _boot(self, machine: Machine) -> None:
-        log = open(STATE / f"{machine.name}.console", "w")
+        log = open(STATE / f"{machine.name}.console", "w")  # noqa: SIM115 (written until the machine stops)
         command = [
             "systemd-nspawn",
             "--quiet",

@@ -16,9 +16,13 @@ set -eu
 section() { echo "## $1"; }
 section files
 find /etc /usr/local /var/lib/ml-platform /srv /mnt -xdev \( -type f -o -type l \) 2>/dev/null \
-  | grep -Ev '^/etc/(fstab$|ssh/ssh_host_|machine-id$|ld\.so\.cache$|\.pwd\.lock$|shadow-$|gshadow-$|passwd-$|group-$|subuid-$|subgid-$)' \
+  | grep -Ev '^/etc/(fstab$|ssh/ssh_host_|machine-id$|ld\.so\.cache$|\.pwd\.lock$)' \
+  | grep -Ev '^/etc/(shadow|gshadow|passwd|group|subuid|subgid)-$' \
   | LC_ALL=C sort | while IFS= read -r f; do
     if [ -L "$f" ]; then echo "$f -> $(readlink "$f")"
+    elif [ "$f" = /var/lib/ml-platform/rke2-certificates.json ]; then
+      # Rewritten by its timer (and each install) with the time it was written: compare the rest.
+      echo "$f $(stat -c '%a %U:%G' "$f") $(sed -E 's/"written": [0-9]+/"written": T/' "$f" | sha256sum | cut -c1-16)"
     else echo "$f $(stat -c '%a %U:%G' "$f") $(sha256sum <"$f" | cut -c1-16)"; fi
   done | sed -E 's/(shadow|gshadow) [0-9]+ root:shadow [0-9a-f]+$/\1 (dates vary)/'
 section enabled

@@ -107,12 +107,14 @@ def steps(plan: dict, config_file: Path) -> tuple[list[Step], list[str]]:
 class Ssh:
     """OpenSSH client configuration: the stack's user, the bastion as ProxyJump, pinned host keys only."""
 
-    def __init__(self, directory: Path, key: Path, config_file: Path) -> None:
+    def __init__(self, directory: Path, key: Path, config_file: Path, extra: tuple[tuple[str, str], ...] = ()) -> None:
+        """`extra`: (address, host key) of machines outside the stack (the twins), pinned the same way."""
         config = yaml.safe_load(config_file.read_text())["config"]
         ssh = config["ml-platform:ssh"]
         pinned = [(ssh["bastion"]["host"], ssh["bastion"]["hostKey"])]
         pinned += [(n["address"], n["hostKey"]) for n in config["ml-platform:nodes"]]
         pinned += [(h["address"], h["hostKey"]) for h in config["ml-platform:nas"]["hosts"]]
+        pinned += list(extra)
         known = directory / "known_hosts"
         known.write_text("".join(f"{address} {host_key}\n" for address, host_key in pinned))
         self.config = directory / "ssh_config"
