@@ -64,6 +64,10 @@ def disks() -> dict[str, list[str]]:
     return {name: [Path(d).name for d in devices] for name, devices in by_node.items() if devices}
 
 
+def rke2_version() -> str:
+    return yaml.safe_load((ROOT / "Pulumi.lab.yaml").read_text())["config"]["ml-platform:cluster"]["rke2Version"]
+
+
 def machine_names() -> list[str]:
     return [*NODES, *NAS, *TWINS]
 
@@ -78,12 +82,21 @@ def stack_doc(lab: Lab) -> dict:
         "apiEndpoint": m["server-1"].address,
         "initServer": "server-1",
         "timeServers": [f"ntp.{STACK}.example.internal"],
+        # The stack's own air-gap settings, pointed at the harness's artifact server (the RKE2 stand-in).
+        "install": {
+            "installerUrl": lab.artifacts.installer_url,
+            "artifactUrl": lab.artifacts.artifact_url,
+            "method": "tar",
+        },
+        "joinTimeoutSeconds": 180,
     }
     config["ml-platform:ssh"] = {
         "user": USER,
         "port": 22,
         "bastion": {"host": BASTION_ADDRESS, "port": 22, "user": USER, "hostKey": lab.bastion.host_key},
         "allowUnpinnedHostKeys": False,
+        "dialErrorLimit": 10,
+        "perDialTimeoutSeconds": 15,
     }
     config["ml-platform:nodes"] = [
         {"name": name, "address": m[name].address, "hostKey": m[name].host_key, **spec} for name, spec in NODES.items()
@@ -148,3 +161,35 @@ def load_settings(config_file: Path):
     doc = yaml.safe_load(config_file.read_text())["config"]
     raw = {k.split(":", 1)[1]: v for k, v in doc.items() if k.startswith("ml-platform:")}
     return load({k: v for k, v in raw.items() if k not in SECRET_KEYS})
+
+
+def stack_doc_of(config_file: Path) -> dict:
+    return yaml.safe_load(config_file.read_text())["config"]
+
+
+# Secrets a real `up` generates (RandomPassword results), and outputs of earlier steps, by resource name.
+TOKENS = {
+    "rke2-token": {"result": "harness-server-token-0123456789abcdef"},
+    "rke2-agent-token": {"result": "harness-agent-token-fedcba9876543210"},
+}
+
+
+def revealed(config_file: Path, computed: dict) -> dict[str, dict]:
+    """The inputs of every resource with secrets revealed, by name: the same program evaluated as for the
+    plan JSON, with what a deployment knows by then (`computed`: the tokens, a step's stdout)."""
+    import os
+
+    from settings import config_file as stack_file
+    from stacks import engine
+
+    config, secret_keys = engine.load_stack_config(STACK, config_file)
+    previous = os.environ.get(stack_file.STACK_FILE_ENV)
+    os.environ[stack_file.STACK_FILE_ENV] = str(config_file)
+    try:
+        plan = engine.run(STACK, config, secret_keys, computed={**TOKENS, **computed})
+    finally:
+        if previous is None:
+            os.environ.pop(stack_file.STACK_FILE_ENV, None)
+        else:
+            os.environ[stack_file.STACK_FILE_ENV] = previous
+    return {r["name"]: plan.revealed[r["urn"]] for r in plan.resources}

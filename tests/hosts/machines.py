@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from tests.hosts import rootfs, standins
+from tests.hosts.artifacts import ArtifactServer
 
 PREFIX = "mlph"
 BRIDGE = f"{PREFIX}br0"
@@ -59,13 +60,14 @@ class Machine:
 class Lab:
     """The machines of one test run: `start()` boots them, `stop()` removes everything it made."""
 
-    def __init__(self, names: list[str], disks: Optional[dict[str, list[str]]] = None) -> None:
+    def __init__(self, names: list[str], disks: Optional[dict[str, list[str]]] = None, rke2_version: str = "") -> None:
         self.bastion = Machine("bastion", BASTION_ADDRESS)
         self.machines = {n: Machine(n, str(SUBNET[11 + i])) for i, n in enumerate(names)}
         self.wanted_disks = disks or {}
         self.key = STATE / "id_ed25519"
         self.relay: Optional[subprocess.Popen] = None
         self.loops: list[str] = []
+        self.artifacts = ArtifactServer(STATE / "artifacts", GATEWAY, rke2_version)
 
     def all(self) -> list[Machine]:
         return [self.bastion, *self.machines.values()]
@@ -74,13 +76,19 @@ class Lab:
         cleanup()
         (STATE / "machines").mkdir(parents=True, exist_ok=True)
         sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ml-platform-hosts", "-f", str(self.key))
-        tarball = rootfs.tarball()
+        base = STATE / "base"  # the root file system unpacked once; each machine is an overlay on it
+        base.mkdir()
+        sh("tar", "--numeric-owner", "-xf", str(rootfs.tarball()), "-C", str(base))
         sh("ip", "link", "add", BRIDGE, "type", "bridge")
         sh("ip", "addr", "add", f"{GATEWAY}/{SUBNET.prefixlen}", "dev", BRIDGE)
         sh("ip", "link", "set", BRIDGE, "up")
         self._start_relay()
+        self.artifacts.start()
+        # The machines trust the artifact server's CA, as a site's hosts trust its internal mirror.
+        shutil.copy(self.artifacts.ca, base / "usr/local/share/ca-certificates/ml-platform-hosts.crt")
+        sh("chroot", str(base), "update-ca-certificates")
         for index, machine in enumerate(self.all()):
-            self._prepare(machine, tarball, index)
+            self._prepare(machine, base, index)
         for machine in self.all():
             self._boot(machine)
         for machine in self.all():
@@ -96,10 +104,13 @@ class Lab:
         )
         (STATE / "relay.pid").write_text(str(self.relay.pid))
 
-    def _prepare(self, machine: Machine, tarball: Path, index: int) -> None:
+    def _prepare(self, machine: Machine, base: Path, index: int) -> None:
         root = machine.root
-        root.mkdir(parents=True)
-        sh("tar", "--numeric-owner", "-xf", str(tarball), "-C", str(root))
+        layer = STATE / "layers" / machine.name
+        for path in (root, layer / "upper", layer / "work"):
+            path.mkdir(parents=True)
+        options = f"lowerdir={base},upperdir={layer / 'upper'},workdir={layer / 'work'}"
+        sh("mount", "-t", "overlay", "overlay", "-o", options, str(root))
         key = root / "etc/ssh/ssh_host_ed25519_key"
         sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{machine.name}", "-f", str(key))
         machine.host_key = " ".join(key.with_suffix(".pub").read_text().split()[:2])
@@ -156,6 +167,7 @@ class Lab:
         (STATE / f"{machine.name}.pid").write_text(str(proc.pid))
 
     def stop(self) -> None:
+        self.artifacts.stop()
         cleanup()
 
 

@@ -13,6 +13,7 @@ import concurrent.futures
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -21,9 +22,21 @@ import yaml
 
 from tests.hosts.machines import USER
 
-# The steps this harness runs, by the part of the resource name after the host's name. The others
-# need a running RKE2 cluster or secrets that a preview does not know (docs/testing.md, host harness).
-RUN = ("prepare", "rke2-certificate-dates", "nvme", "infiniband", "ceph-disks")
+# The steps this harness runs, by kind (the resource name after its host's name, or after its component's
+# for the init server's cluster steps). MinIO and the Zabbix agent on the NAS are not run here
+# (docs/testing.md, host harness); a membership step has no command at create, only its delete.
+RUN = (
+    "prepare",
+    "rke2-certificate-dates",
+    "nvme",
+    "infiniband",
+    "ceph-disks",
+    "rke2",
+    "ca-hash",
+    "kubeconfig",
+    "membership",
+    "node-versions",
+)
 PARALLEL = 4
 
 # Kill the processes a step started on its host, as a host that loses the step's session mid-way would
@@ -53,7 +66,8 @@ class Step:
     create: Optional[str]
     delete: Optional[str]
     dependencies: list[str]
-    stdin: Optional[str] = None
+    secret_stdin: bool = False
+    subject: str = ""
 
 
 @dataclass
@@ -71,34 +85,40 @@ class Result:
         return [line for line in self.stdout.splitlines() if line.startswith("changed: ")]
 
 
-def steps(plan: dict, config_file: Path) -> tuple[list[Step], list[str]]:
-    """The host steps of `plan` that this harness runs, and the names of those it does not."""
+def steps(plan: dict, config_file: Path, revealed: dict[str, dict]) -> tuple[list[Step], list[str]]:
+    """The host steps of `plan` (the plan JSON) that this harness runs, and the names of those it does
+    not. The host of a step is in its connection, which the JSON masks as secret: it is read from the same
+    evaluation with secrets revealed (`revealed`), whose commands must equal the JSON's."""
     config = yaml.safe_load(config_file.read_text())["config"]
-    hosts = {n["name"]: n["address"] for n in config["ml-platform:nodes"]}
-    hosts.update({h["name"]: h["address"] for h in config["ml-platform:nas"]["hosts"]})
+    names = {n["address"]: n["name"] for n in config["ml-platform:nodes"]}
+    names.update({h["address"]: h["name"] for h in config["ml-platform:nas"]["hosts"]})
     chosen, skipped = [], []
     for resource in plan["resources"]:
         if resource["type"] != "command:remote:Command":
             continue
-        name = resource["name"]
-        node = max((h for h in hosts if name.startswith(f"{h}-")), key=len, default=None)
-        kind = name[len(node) + 1 :] if node else None
+        name, inputs = resource["name"], resource["inputs"]
+        secret = revealed[name]
+        assert (secret.get("create"), secret.get("delete")) == (inputs.get("create"), inputs.get("delete")), name
+        address = secret["connection"]["host"]
+        node = names[address]
+        # The node a step is about (a membership's delete runs on the init server, about its own node).
+        subject = max((n for n in names.values() if name.startswith(f"{n}-")), key=len, default=node)
+        kind = name[len(subject) + 1 :] if name.startswith(f"{subject}-") else name.split("-", 1)[1]
         if kind not in RUN:
             skipped.append(name)
             continue
-        inputs = resource["inputs"]
-        if inputs.get("stdin") is not None:
-            raise ValueError(f"{name}: carries a secret stdin, which the plan JSON does not show")
         chosen.append(
             Step(
                 name,
                 resource["urn"],
                 node,
-                hosts[node],
+                address,
                 kind,
                 inputs.get("create"),
                 inputs.get("delete"),
                 resource["dependencies"],
+                secret_stdin=inputs.get("stdin") is not None,
+                subject=subject,
             )
         )
     return chosen, sorted(skipped)
@@ -120,7 +140,8 @@ class Ssh:
         self.config = directory / "ssh_config"
         common = (
             f"  User {ssh['user']}\n  IdentityFile {key}\n  IdentitiesOnly yes\n  UserKnownHostsFile {known}\n"
-            "  StrictHostKeyChecking yes\n  BatchMode yes\n  ConnectTimeout 15\n  LogLevel ERROR\n"
+            f"  StrictHostKeyChecking yes\n  BatchMode yes\n  ConnectTimeout {ssh.get('perDialTimeoutSeconds', 15)}\n"
+            "  LogLevel ERROR\n"
             "  ControlMaster no\n  ControlPath none\n"
         )
         bastion = ssh["bastion"]
@@ -190,7 +211,12 @@ class Run:
 
 
 def run_steps(
-    ssh: Ssh, chosen: list[Step], action: str = "create", parallel: int = PARALLEL, address_of: Optional[dict] = None
+    ssh: Ssh,
+    chosen: list[Step],
+    action: str = "create",
+    parallel: int = PARALLEL,
+    address_of: Optional[dict] = None,
+    stdin_of: Optional[Callable[[Step, dict[str, Result]], str]] = None,
 ) -> Run:
     """Run each step's `create` (or `delete`, in reverse dependency order) once its dependencies within
     `chosen` succeeded, at most `parallel` at once. `address_of`: node -> another address (a twin)."""
@@ -208,7 +234,10 @@ def run_steps(
             for step in ready[: max(0, parallel - len(running))]:
                 pending.remove(step)
                 address = (address_of or {}).get(step.node, step.address)
-                running[pool.submit(ssh.run, address, getattr(step, action), step.stdin)] = step
+                # A secret stdin is known once what it is made of is (a join token pins the CA hash
+                # that an earlier step read): as the engine resolves it when the step starts.
+                stdin = stdin_of(step, run.results) if step.secret_stdin and action == "create" and stdin_of else None
+                running[pool.submit(ssh.run, address, getattr(step, action), stdin)] = step
                 run.order.append(step.name)
             if not running:
                 break  # what is left waits for a failed step

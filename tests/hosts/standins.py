@@ -1,7 +1,7 @@
 """Every stand-in of the host harness, declared here and nowhere else, and named in the test output.
 
 A machine here is a container on a shared kernel: what needs its own kernel or hardware cannot be had,
-and the release files of RKE2 and MinIO cannot be downloaded. Everything not listed is real: Debian's
+and RKE2's release files cannot be downloaded. Everything not listed is real: Debian's
 packages from the mirror, systemd units and timers, users, files, fstab, sshd, sudo, XFS on loop devices.
 """
 
@@ -21,6 +21,11 @@ STANDINS = {
     "links made by systemd-tmpfiles at boot (there is no udev in a container)",
     "GPUs": "none; the NVIDIA driver version the drift probe reads is a file in the private /sys/module",
     "InfiniBand": "no HCA and no ib0: the step persists the IPoIB configuration and reports no ports",
+    "RKE2 release files": "the installer and the release tarball come from the harness's https artifact server "
+    "(tests/hosts/artifacts.py) through the stack's cluster.install.installerUrl and artifactUrl; the tarball "
+    "holds a stand-in rke2 (tests/hosts/rke2_standin/): `rke2 --version`, rke2-server/rke2-agent units that "
+    "answer /ping, /cacerts (the cluster CA, its pin checked) and /readyz, register each node with its join "
+    "token at the init server, and a kubectl for the calls the steps make. No containerd, etcd or Kubernetes",
 }
 
 _MODPROBE = """#!/bin/sh
