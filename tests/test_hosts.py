@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hosts import inventory, machines, probe, runner, standins
+from tests.hosts import inventory, machines, probe, rootfs, runner, standins
 from tests.prerequisites import fail
 
 pytestmark = pytest.mark.real_server
@@ -50,12 +50,16 @@ class Hosts:
         self.lab = machines.Lab(
             inventory.machine_names(), disks=inventory.disks(), rke2_version=inventory.rke2_version()
         )
-        self.lab.start()
-        self.stack = inventory.write_plan(self.lab, machines.STATE)
-        twins = tuple((self.lab.machines[t].address, self.lab.machines[t].host_key) for t in inventory.TWINS)
-        self.ssh = runner.Ssh(machines.STATE, self.lab.key, self.stack.config_file, twins)
-        self._revealed = {"": inventory.revealed(self.stack.config_file, {})}
-        self.steps, self.not_run = runner.steps(self.stack.plan, self.stack.config_file, self._revealed[""])
+        try:
+            self.lab.start()
+            self.stack = inventory.write_plan(self.lab, machines.STATE)
+            twins = tuple((self.lab.machines[t].address, self.lab.machines[t].host_key) for t in inventory.TWINS)
+            self.ssh = runner.Ssh(machines.STATE, self.lab.key, self.stack.config_file, twins)
+            self._revealed = {"": inventory.revealed(self.stack.config_file, {})}
+            self.steps, self.not_run = runner.steps(self.stack.plan, self.stack.config_file, self._revealed[""])
+        except BaseException:
+            self.lab.stop()
+            raise
         self.first: runner.Run | None = None
         self.converged: dict[str, dict] = {}
 
@@ -85,6 +89,13 @@ class Hosts:
 def hosts():
     _require()
     started = time.monotonic()
+    try:
+        rootfs.tarball()
+    except RuntimeError as exc:
+        fail(
+            "the host harness (Debian 12 machines over SSH)",
+            f"the Debian mirror ({rootfs.MIRROR}; MLP_HOSTS_MIRROR to use another): {exc}",
+        )
     h = Hosts()
     print(f"\n{len(h.lab.all())} machines booted and plan written in {time.monotonic() - started:.1f} s")
     print(standins.report())
@@ -109,7 +120,7 @@ def test_bring_up_runs_every_host_step(hosts):
         f"\nbring-up: {len(hosts.first.order)} steps in {time.monotonic() - started:.1f} s "
         f"(at most {runner.PARALLEL} at once)\n{_table(hosts.first)}"
     )
-    print(f"not run here ({len(hosts.not_run)}): {', '.join(hosts.not_run)}")
+    print(f"not run by the harness ({len(hosts.not_run)}): {', '.join(hosts.not_run)}")
     failed = {r.step: (r.stdout[-800:] + r.stderr[-1500:]) for r in hosts.first.failed()}
     assert not failed, failed
     assert {s.kind for s in hosts.steps} == set(runner.RUN)

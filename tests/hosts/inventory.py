@@ -109,7 +109,7 @@ def stack_doc(lab: Lab) -> dict:
     }
     config["ml-platform:storage"] = {
         "ceph": {"monCount": 3},
-        # MinIO keeps the lab's artifact: its step is not run here (docs/testing.md, host harness).
+        # MinIO keeps the lab's artifact: the harness does not run its step (docs/testing.md, host harness).
         "minio": base["ml-platform:storage"]["minio"],
     }
     config["ml-platform:scheduling"] = {

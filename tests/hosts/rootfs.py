@@ -27,13 +27,33 @@ PACKAGES = (
     "e2fsprogs",
     "python3",
 )
+# What the host steps install (prepare-host.sh, infiniband-host.sh, rke2-certificate-watch.sh), downloaded
+# into apt's cache of the image (not installed): the steps' apt-get still resolves, unpacks and configures
+# every package for real; only the download from the mirror is saved on each machine. The image also
+# keeps apt's package lists, as an installed host does.
+DOWNLOADED = (
+    "chrony",
+    "iptables",
+    "conntrack",
+    "lvm2",
+    "gdisk",
+    "xfsprogs",
+    "nvme-cli",
+    "jq",
+    "openssl",
+    "rdma-core",
+    "ibverbs-providers",
+    "ibverbs-utils",
+    "infiniband-diags",
+    "netplan.io",
+)
 CACHE = Path(os.environ.get("MLP_HOSTS_CACHE", Path.home() / ".cache" / "ml-platform" / "hosts"))
 # Bump when the build itself changes (not only the package list).
-BUILD = "1"
+BUILD = "2"
 
 
 def key() -> str:
-    return hashlib.sha256(repr((BUILD, SUITE, MIRROR, PACKAGES)).encode()).hexdigest()[:16]
+    return hashlib.sha256(repr((BUILD, SUITE, MIRROR, PACKAGES, DOWNLOADED)).encode()).hexdigest()[:16]
 
 
 def tarball() -> Path:
@@ -50,6 +70,11 @@ def tarball() -> Path:
         f"--include={','.join(PACKAGES)}",
         # Every machine gets its own host keys and machine id (see machines.py).
         "--customize-hook=rm -f $1/etc/ssh/ssh_host_* && : > $1/etc/machine-id",
+        "--customize-hook=chroot $1 apt-get update -q",
+        "--customize-hook=chroot $1 apt-get install -q -y --download-only --no-install-recommends "
+        + " ".join(DOWNLOADED),
+        "--skip=cleanup/apt/lists",
+        "--skip=cleanup/apt/cache",
         SUITE,
         str(partial),
         MIRROR,
@@ -61,6 +86,9 @@ def tarball() -> Path:
             f"building the machines' root file system failed: {' '.join(command)}\n{proc.stderr[-2000:]}"
         )
     partial.rename(path)
+    for stale in CACHE.glob("debian12-*.tar"):  # images of earlier package lists
+        if stale != path:
+            stale.unlink()
     return path
 
 

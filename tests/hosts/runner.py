@@ -23,7 +23,7 @@ import yaml
 from tests.hosts.machines import USER
 
 # The steps this harness runs, by kind (the resource name after its host's name, or after its component's
-# for the init server's cluster steps). MinIO and the Zabbix agent on the NAS are not run here
+# for the init server's cluster steps). MinIO and the Zabbix agent on the NAS are not run by the harness
 # (docs/testing.md, host harness); a membership step has no command at create, only its delete.
 RUN = (
     "prepare",
