@@ -138,16 +138,20 @@ class Ssh:
         known = directory / "known_hosts"
         known.write_text("".join(f"{address} {host_key}\n" for address, host_key in pinned))
         self.config = directory / "ssh_config"
+        dial = int(ssh.get("perDialTimeoutSeconds", 15))
         common = (
             f"  User {ssh['user']}\n  IdentityFile {key}\n  IdentitiesOnly yes\n  UserKnownHostsFile {known}\n"
-            f"  StrictHostKeyChecking yes\n  BatchMode yes\n  ConnectTimeout {ssh.get('perDialTimeoutSeconds', 15)}\n"
+            "  StrictHostKeyChecking yes\n  BatchMode yes\n"
             "  LogLevel ERROR\n"
             "  ControlMaster no\n  ControlPath none\n"
         )
         bastion = ssh["bastion"]
         self.config.write_text(
-            f"Host {bastion['host']}\n  Port {bastion['port']}\n  ProxyJump none\n{common}"
-            f"Host *\n  Port {ssh['port']}\n  ProxyJump {bastion['user']}@{bastion['host']}:{bastion['port']}\n{common}"
+            f"Host {bastion['host']}\n  Port {bastion['port']}\n  ProxyJump none\n  ConnectTimeout {dial}\n{common}"
+            # pulumi-command gives each hop its own dial timeout; OpenSSH's ConnectTimeout for a host behind
+            # ProxyJump runs from before the bastion's handshake to the host's banner: both hops' time.
+            f"Host *\n  Port {ssh['port']}\n  ProxyJump {bastion['user']}@{bastion['host']}:{bastion['port']}\n"
+            f"  ConnectTimeout {2 * dial}\n{common}"
         )
 
     def argv(self, address: str, command: str, direct: bool = False) -> list[str]:
