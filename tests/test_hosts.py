@@ -265,12 +265,6 @@ DRIFT_CASES = {
         "file /etc/sysctl.d/90-ml-platform.conf",
         None,
     ),
-    "managed sysctl changed at runtime": (
-        "/usr/sbin/sysctl -qw net.ipv4.ip_forward=0",
-        "/usr/sbin/sysctl -qw net.ipv4.ip_forward=1",
-        "net.ipv4.ip_forward",
-        "the probe hashes /etc/sysctl.d/90-ml-platform.conf; it does not read live sysctl values",
-    ),
     "package installed by hand": (
         "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tree >/dev/null",
         "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q tree >/dev/null",

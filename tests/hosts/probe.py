@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from tests.hosts.runner import Ssh
 
-# What a machine has of its own that no step writes (host keys, machine id, caches, logs).
+# Left out: what a machine has of its own (host keys, machine id, the NVMe host id nvme-cli generates at
+# install), the harness's stand-ins (ml-platform-standin), and active targets (milestones systemd reaches
+# on its own, not units the steps manage; enabled ones are compared).
 _SCRIPT = r"""
 set -eu
 section() { echo "## $1"; }
 section files
 find /etc /usr/local /var/lib/ml-platform /srv /mnt -xdev \( -type f -o -type l \) 2>/dev/null \
-  | grep -Ev '^/etc/(fstab$|ssh/ssh_host_|machine-id$|ld\.so\.cache$|\.pwd\.lock$)' \
+  | grep -Ev '^/etc/(fstab$|ssh/ssh_host_|machine-id$|nvme/host(id|nqn)$|ld\.so\.cache$|\.pwd\.lock$)' \
+  | grep -v ml-platform-standin \
   | grep -Ev '^/etc/(shadow|gshadow|passwd|group|subuid|subgid)-$' \
   | LC_ALL=C sort | while IFS= read -r f; do
     if [ -L "$f" ]; then echo "$f -> $(readlink "$f")"
@@ -29,7 +32,7 @@ section enabled
 systemctl list-unit-files --state=enabled --no-legend --no-pager | awk '{print $1}' | LC_ALL=C sort
 section active
 systemctl list-units --state=active --no-legend --no-pager --plain \
-  | awk '{print $1}' | grep -Ev '^(session-|user@|user-|run-|dev-|sys-|proc-|systemd-|-)' | LC_ALL=C sort
+  | awk '{print $1}' | grep -Ev '^(session-|user@|user-|run-|dev-|sys-|proc-|systemd-|-)|\.target$' | LC_ALL=C sort
 section packages
 dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev}\n' | LC_ALL=C sort
 section users
@@ -39,7 +42,6 @@ section mounts
 findmnt -rn -o SOURCE,TARGET,FSTYPE,LABEL | grep -E '^/dev/(loop|disk)' | LC_ALL=C sort || true
 grep -v '^#' /etc/fstab | grep . || true
 section sysctl
-for k in net.ipv4.ip_forward; do echo "$k = $(cat /proc/sys/$(echo $k | tr . /))"; done
 cat /run/ml-platform-standin/sysctl 2>/dev/null | LC_ALL=C sort || true
 section hostname
 hostname

@@ -13,9 +13,8 @@ from pathlib import Path
 STANDINS = {
     "kernel modules": "modprobe is /usr/local/sbin/modprobe, which marks the module loaded in a private "
     "/sys/module (a tmpfs): a container cannot load modules into the shared kernel",
-    "global sysctls": "keys outside the network namespace (fs.*, vm.*, kernel.*) are read-only in a "
-    "container; /usr/local/sbin/sysctl applies net.* keys with the real sysctl and records the others "
-    "in /run/ml-platform-standin/sysctl",
+    "sysctls": "/proc/sys is read-only in these containers (net.* included): /usr/local/sbin/sysctl records "
+    "what `sysctl --system` would apply in /run/ml-platform-standin/sysctl instead of applying it",
     "clock": "chronyd runs for real with -x (it never sets the clock): a container has no CAP_SYS_TIME",
     "disks": "NVMe and OSD disks are loop devices over sparse files; their /dev/disk/by-id names are "
     "links made by systemd-tmpfiles at boot (there is no udev in a container)",
@@ -34,8 +33,8 @@ for arg in "$@"; do case $arg in -*) ;; *) mkdir -p "/sys/module/$arg" ;; esac; 
 """
 
 _SYSCTL = """#!/bin/bash
-# Stand-in (tests/hosts/standins.py): net.* keys are this network namespace's own and are set for real;
-# the others belong to the shared kernel and are recorded in /run/ml-platform-standin/sysctl instead.
+# Stand-in (tests/hosts/standins.py): /proc/sys is read-only in this container; `sysctl --system` records
+# what it would apply in /run/ml-platform-standin/sysctl (the last value of each key wins, as sysctl's).
 set -euo pipefail
 record=/run/ml-platform-standin/sysctl
 mkdir -p "$(dirname "$record")"
@@ -45,14 +44,10 @@ if [[ ${1-} == --system ]]; then
     while IFS= read -r line; do
       line=${line%%#*}
       [[ $line == *=* ]] || continue
-      key=$(echo "${line%%=*}" | tr -d '[:space:]' | tr / .)
+      key=$(echo "${line%%=*}" | tr -d '[:space:]-' | tr / .)
       value=$(echo "${line#*=}" | sed 's/^[[:space:]]*//; s/[[:space:]]*$//')
-      case $key in
-        -*) continue ;;
-        net.*) /usr/sbin/sysctl -q -w "$key=$value" >/dev/null 2>&1 || true ;;
-        *) grep -v "^$key = " "$record" 2>/dev/null >"$record.new" || true
-           echo "$key = $value" >>"$record.new"; mv "$record.new" "$record" ;;
-      esac
+      { grep -v "^$key = " "$record" 2>/dev/null || true; echo "$key = $value"; } >"$record.new"
+      mv "$record.new" "$record"
     done <"$file"
   done
   exit 0
