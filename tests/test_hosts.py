@@ -313,7 +313,7 @@ def test_drift_probe_reports_a_change_by_hand(hosts, case):
 
 RECOMMENDED_PARALLEL = 64  # docs/cluster.md: `--parallel 64` up to 100 nodes
 DOCUMENTED_MAXSTARTUPS = "200:30:400"  # docs/cluster.md: set it above the --parallel you use
-BURST_SECONDS = 120  # a connection stops dialling after this (the test's time budget)
+BURST_SECONDS = 60  # a connection stops dialling after this (the test's time budget)
 
 
 def _connect(hosts, address: str, tries: int) -> tuple[int, list[str]]:
@@ -358,7 +358,8 @@ def _burst(hosts, max_startups: str | None) -> dict:
 def test_ssh_burst_at_the_recommended_parallel(hosts):
     """As many step connections at once as the recommended --parallel, through the bastion, each dialled
     as pulumi-command dials (retries up to ssh.dialErrorLimit): with the bastion's MaxStartups at the
-    documented value all succeed; the default's refusals are measured and printed."""
+    documented value none is refused and all connect; with the default, dials are refused (measured and
+    printed: how many, and how many step connections failed even after every dial)."""
     documented = _burst(hosts, DOCUMENTED_MAXSTARTUPS)
     print(
         f"\nburst of {RECOMMENDED_PARALLEL} step connections, bastion MaxStartups {DOCUMENTED_MAXSTARTUPS}: "
@@ -366,8 +367,9 @@ def test_ssh_burst_at_the_recommended_parallel(hosts):
     )
     default = _burst(hosts, None)
     print(f"same burst, default MaxStartups (10:30:100): {default}")
-    assert documented["failed after every dial"] == 0
-    assert default["failed after every dial"] == 0
-    # docs/cluster.md: from 10 unauthenticated connections on, the default drops 30% of new ones.
     refused = "kex_exchange_identification: Connection closed by remote host"
-    assert default["errors"].get(refused, 0) > documented["errors"].get(refused, 0), (default, documented)
+    # docs/cluster.md: above the --parallel in use, MaxStartups refuses nothing and every step connects.
+    assert documented["failed after every dial"] == 0, documented
+    assert refused not in documented["errors"], documented
+    # docs/cluster.md: the default drops new connections from 10 unauthenticated ones on.
+    assert default["errors"].get(refused, 0) > 0, default

@@ -11,7 +11,8 @@ from __future__ import annotations
 from tests.hosts.runner import Ssh
 
 # Left out: what a machine has of its own (host keys, machine id, the NVMe host id nvme-cli generates at
-# install), the harness's stand-ins (ml-platform-standin), and active targets (milestones systemd reaches
+# install), the harness's stand-ins (ml-platform-standin), the certificate timer's temporary file while it
+# runs, and active targets (milestones systemd reaches
 # on its own, not units the steps manage; enabled ones are compared).
 _SCRIPT = r"""
 set -eu
@@ -19,7 +20,7 @@ section() { echo "## $1"; }
 section files
 find /etc /usr/local /var/lib/ml-platform /srv /mnt -xdev \( -type f -o -type l \) 2>/dev/null \
   | grep -Ev '^/etc/(fstab$|ssh/ssh_host_|machine-id$|nvme/host(id|nqn)$|ld\.so\.cache$|\.pwd\.lock$)' \
-  | grep -v ml-platform-standin \
+  | grep -v ml-platform-standin | grep -Ev '^/var/lib/ml-platform/rke2-certificates\.json\.' \
   | grep -Ev '^/etc/(shadow|gshadow|passwd|group|subuid|subgid)-$' \
   | LC_ALL=C sort | while IFS= read -r f; do
     if [ -L "$f" ]; then echo "$f -> $(readlink "$f")"
