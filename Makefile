@@ -5,6 +5,8 @@
 #                                        MIRROR: an HTTP server serving a copy of that directory instead of upstream
 # make test-fast                         every test that starts no real server (pytest -m "not real_server"):
 #                                        no root, no package mirror, any OS with Python 3.11+
+# make test-hosts                        the plan's host steps on booted Debian 12 machines over real SSH through a
+#                                        bastion (tests/test_hosts.py; root, the Debian mirror; part of make test)
 # make lint                              ruff
 # make screenshot                        docs/img/zabbix-dashboard.png, zabbix-teams.png, zabbix-queues.png and
 #                                        zabbix-team-queues.png: the dashboards in the real
@@ -23,7 +25,7 @@ PY := $(VENV)/bin/python
 PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check
 PIP_COMPILE := $(VENV)/bin/pip-compile --quiet --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
 
-.PHONY: plan test test-fast lint lint-workflows install docs images bench lock reference screenshot
+.PHONY: plan test test-fast test-hosts lint lint-workflows install docs images bench lock reference screenshot
 
 # Installs the exact versions of the lock files: a provider SDK cannot change under a reviewed plan.
 $(VENV)/.runtime: requirements.lock
@@ -72,6 +74,10 @@ lint-workflows: $(VENV)/.dev
 
 test: lint lint-workflows reference
 	$(PY) -m pytest -q
+
+# Prints what it ran: steps and seconds, fingerprints, interruption cases, drift cases, the SSH burst.
+test-hosts: $(VENV)/.dev
+	$(PY) -m pytest -q -s -p no:cacheprovider tests/test_hosts.py
 
 test-fast: $(VENV)/.dev
 	$(PY) -m pytest -q -m "not real_server"

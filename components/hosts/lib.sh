@@ -53,6 +53,12 @@ ensure_packages() {
   local missing=()
   case $family in
     debian)
+      # A run cut short inside dpkg (a lost connection, a reboot) leaves packages unpacked but not
+      # configured, and apt refuses every install until `dpkg --configure -a` has run: finish it first.
+      if [[ -n "$(dpkg --audit 2>/dev/null)" ]] || compgen -G "/var/lib/dpkg/updates/[0-9]*" >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive dpkg --configure -a >/dev/null
+        changed "finished an interrupted dpkg run (dpkg --configure -a)"
+      fi
       for pkg in "$@"; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
       done

@@ -13,6 +13,16 @@ if [[ "$(hostname)" != "$NODE_NAME" ]]; then
   changed "hostname set to $NODE_NAME"
 fi
 
+# The host name resolves locally, as the Debian installer sets it up (127.0.1.1): sudo and tools that
+# look up their own name otherwise stall on DNS and warn on every call. The line is replaced, never
+# appended again.
+hosts_line="127.0.1.1 $NODE_NAME"
+if ! awk -v n="$NODE_NAME" '$1 == "127.0.1.1" { for (i = 2; i <= NF; i++) if ($i == n) found = 1 } END { exit !found }' \
+  "$HOST_ROOT/etc/hosts" 2>/dev/null; then
+  hosts_now=$(grep -v '^127\.0\.1\.1[[:space:]]' "$HOST_ROOT/etc/hosts" || true)
+  write_file "$HOST_ROOT/etc/hosts" 0644 "$(printf '%s\n%s' "$hosts_line" "$hosts_now")" || true
+fi
+
 # Swap off now, and kept off after a reboot (fstab entries commented, systemd swap units masked).
 if [[ -n "$(swapon --show --noheadings 2>/dev/null)" ]]; then
   swapoff -a

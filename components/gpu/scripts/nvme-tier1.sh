@@ -16,6 +16,8 @@
 # A filesystem this script made carries the label ml-tier1 and is never formatted again, force or not,
 # so a re-run changes nothing. A device that cannot be used as the settings say is reported, the other
 # devices are still handled, and the step fails at the end so that `pulumi up` shows it.
+# Not safe to interrupt inside mkfs: a device cut off there can carry the label on an incomplete
+# filesystem, which a re-run cannot tell from its own; recovery in docs/runbook.md, section 6.
 set -euo pipefail
 
 : "${MOUNT_ROOT:?MOUNT_ROOT is required}" "${FS_TYPE:?FS_TYPE is required}" "${NVME_DEVICES:?NVME_DEVICES is required}"

@@ -24,6 +24,8 @@
 # A drive this script formatted carries the XFS label mlminio-dNN (NN = its slot) and is never
 # formatted again; a drive carrying another slot's label is refused (MinIO's drive order must never
 # change). Parity, set size and volumes of a deployment that holds data are never changed.
+# Not safe to interrupt inside mkfs.xfs: a drive cut off there can carry its label on an incomplete
+# filesystem, which a re-run cannot tell from its own; recovery in docs/runbook.md, section 6.
 set -euo pipefail
 
 : "${ARTIFACT_URL:?}" "${ARTIFACT_SHA256:?}" "${BINARY:?}" "${SERVICE:?}" "${DRIVES:?}" "${MOUNT_ROOT:?}"

@@ -61,7 +61,8 @@ case $OS_FAMILY in
       addresses: [\"$address\"]
       mtu: $IB_MTU
       infiniband-mode: $IB_MODE"
-    command -v netplan >/dev/null || fail "netplan is required on debian-family hosts (Ubuntu ships it)"
+    # Ubuntu ships netplan; a Debian 12 server install does not (ifupdown): install it there.
+    command -v netplan >/dev/null || ensure_packages debian netplan.io
     # netplan refuses world-readable configuration files.
     if write_file "$netplan_file" 0600 "$netplan"; then
       # Render it for networkd now, so it also applies to an interface that appears later.

@@ -1,0 +1,235 @@
+"""Debian 12 machines booted with systemd-nspawn (systemd as PID 1, sshd, a sudo user), each in its own
+network namespace on one test bridge, plus a bastion; the relay that lets apt reach the Debian mirror.
+
+Everything lives under names that start with `mlph` (bridge, namespaces, host-side veths) and files under
+STATE; `cleanup()` removes what a killed earlier run left behind and `Lab.stop()` what this run started.
+The machines talk only to the bridge's /24: the test machine's address on it (relay, artifact server)
+and each other.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from tests.hosts import rootfs, standins
+from tests.hosts.artifacts import ArtifactServer
+
+PREFIX = "mlph"
+BRIDGE = f"{PREFIX}br0"
+SUBNET = ipaddress.ip_network(os.environ.get("MLP_HOSTS_SUBNET", "10.251.73.0/24"))
+GATEWAY = str(SUBNET[1])  # the test machine: relay to the mirror, artifact server
+BASTION_ADDRESS = str(SUBNET[5])
+STATE = Path(os.environ.get("MLP_HOSTS_STATE", "/var/tmp/ml-platform-hosts"))
+USER = "mlops"
+MIRROR_HOSTS = ("deb.debian.org",)
+
+
+def sh(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run(args, capture_output=True, text=True, **kw)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()[-800:]}")
+    return proc
+
+
+@dataclass
+class Machine:
+    name: str  # the machine (and network namespace) name; the node name is the stack's
+    address: str
+    disks: dict[str, str] = field(default_factory=dict)  # by-id name -> loop device
+    host_key: str = ""  # "ssh-ed25519 AAAA..." as ssh-keyscan prints it
+    pid: Optional[int] = None
+
+    @property
+    def root(self) -> Path:
+        return STATE / "machines" / self.name
+
+    @property
+    def netns(self) -> str:
+        return f"{PREFIX}-{self.name}"
+
+
+class Lab:
+    """The machines of one test run: `start()` boots them, `stop()` removes everything it made."""
+
+    def __init__(self, names: list[str], disks: Optional[dict[str, list[str]]] = None, rke2_version: str = "") -> None:
+        self.bastion = Machine("bastion", BASTION_ADDRESS)
+        self.machines = {n: Machine(n, str(SUBNET[11 + i])) for i, n in enumerate(names)}
+        self.wanted_disks = disks or {}
+        self.key = STATE / "id_ed25519"
+        self.relay: Optional[subprocess.Popen] = None
+        self.loops: list[str] = []
+        self.artifacts = ArtifactServer(STATE / "artifacts", GATEWAY, rke2_version)
+
+    def all(self) -> list[Machine]:
+        return [self.bastion, *self.machines.values()]
+
+    def start(self) -> None:
+        cleanup()
+        (STATE / "machines").mkdir(parents=True, exist_ok=True)
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ml-platform-hosts", "-f", str(self.key))
+        base = STATE / "base"  # the root file system unpacked once; each machine is an overlay on it
+        base.mkdir()
+        sh("tar", "--numeric-owner", "-xf", str(rootfs.tarball()), "-C", str(base))
+        sh("ip", "link", "add", BRIDGE, "type", "bridge")
+        sh("ip", "addr", "add", f"{GATEWAY}/{SUBNET.prefixlen}", "dev", BRIDGE)
+        sh("ip", "link", "set", BRIDGE, "up")
+        self._start_relay()
+        self.artifacts.start()
+        # The machines trust the artifact server's CA, as a site's hosts trust its internal mirror.
+        shutil.copy(self.artifacts.ca, base / "usr/local/share/ca-certificates/ml-platform-hosts.crt")
+        sh("chroot", str(base), "update-ca-certificates")
+        for index, machine in enumerate(self.all()):
+            self._prepare(machine, base, index)
+        for machine in self.all():
+            self._boot(machine)
+        for machine in self.all():
+            wait_for_port(machine.address, 22, 90)
+
+    def _start_relay(self) -> None:
+        """apt on the machines reaches the mirror through this relay (the mirror's name maps to GATEWAY)."""
+        log = open(STATE / "relay.log", "w")  # noqa: SIM115 (the relay writes to it until the end)
+        self.relay = subprocess.Popen(
+            ["socat", f"TCP-LISTEN:80,bind={GATEWAY},fork,reuseaddr", f"TCP:{MIRROR_HOSTS[0]}:80"],
+            stdout=log,
+            stderr=log,
+        )
+        (STATE / "relay.pid").write_text(str(self.relay.pid))
+
+    def _prepare(self, machine: Machine, base: Path, index: int) -> None:
+        root = machine.root
+        layer = STATE / "layers" / machine.name
+        for path in (root, layer / "upper", layer / "work"):
+            path.mkdir(parents=True)
+        options = f"lowerdir={base},upperdir={layer / 'upper'},workdir={layer / 'work'}"
+        sh("mount", "-t", "overlay", "overlay", "-o", options, str(root))
+        key = root / "etc/ssh/ssh_host_ed25519_key"
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{machine.name}", "-f", str(key))
+        machine.host_key = " ".join(key.with_suffix(".pub").read_text().split()[:2])
+        sh("chroot", str(root), "useradd", "--create-home", "--shell", "/bin/bash", USER)
+        (root / f"etc/sudoers.d/{USER}").write_text(f"{USER} ALL=(ALL) NOPASSWD:ALL\n")
+        os.chmod(root / f"etc/sudoers.d/{USER}", 0o440)
+        ssh_dir = root / "home" / USER / ".ssh"
+        ssh_dir.mkdir(mode=0o700)
+        (ssh_dir / "authorized_keys").write_text(self.key.with_suffix(".pub").read_text())
+        uid = int(sh("chroot", str(root), "id", "-u", USER).stdout)
+        for path in (ssh_dir, ssh_dir / "authorized_keys"):
+            os.chown(path, uid, uid)
+        # As the Debian installer leaves a host: its name in /etc/hostname and /etc/hosts.
+        (root / "etc/hostname").write_text(f"{PREFIX}-{machine.name}\n")
+        (root / "etc/hosts").write_text(
+            f"127.0.0.1 localhost\n127.0.1.1 {PREFIX}-{machine.name}\n{GATEWAY} {' '.join(MIRROR_HOSTS)}\n"
+        )
+        if machine is not self.bastion:
+            standins.install(root, GATEWAY)
+        # The network: a veth from the namespace to the bridge; the address is set before boot.
+        sh("ip", "netns", "add", machine.netns)
+        host_side = f"{PREFIX}v{index}"
+        sh("ip", "link", "add", host_side, "type", "veth", "peer", "name", "eth0", "netns", machine.netns)
+        sh("ip", "link", "set", host_side, "master", BRIDGE, "up")
+        sh("ip", "-n", machine.netns, "addr", "add", f"{machine.address}/{SUBNET.prefixlen}", "dev", "eth0")
+        sh("ip", "-n", machine.netns, "link", "set", "eth0", "up")
+        sh("ip", "-n", machine.netns, "link", "set", "lo", "up")
+        for disk in self.wanted_disks.get(machine.name, []):
+            image = STATE / f"{machine.name}-{disk}.img"
+            with open(image, "wb") as f:
+                f.truncate(512 * 2**20)  # XFS needs 300 MB at least
+            loop = sh("losetup", "--find", "--show", str(image)).stdout.strip()
+            self.loops.append(loop)
+            machine.disks[disk] = loop
+        standins.link_disks(root, machine.disks)
+
+    def _boot(self, machine: Machine) -> None:
+        log = open(STATE / f"{machine.name}.console", "w")  # noqa: SIM115 (written until the machine stops)
+        command = [
+            "systemd-nspawn",
+            "--quiet",
+            "--boot",
+            "--register=no",
+            "--keep-unit",
+            "--console=passive",
+            f"--network-namespace-path=/run/netns/{machine.netns}",
+            f"--machine={PREFIX}-{machine.name}",
+            f"--directory={machine.root}",
+            *[f"--bind={loop}" for loop in machine.disks.values()],
+            *standins.nspawn_options(machine.root),
+        ]
+        proc = subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+        machine.pid = proc.pid
+        (STATE / f"{machine.name}.pid").write_text(str(proc.pid))
+
+    def stop(self) -> None:
+        self.artifacts.stop()
+        cleanup()
+
+
+def wait_for_port(address: str, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((address, port), timeout=2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{address}:{port} did not answer within {timeout:.0f} s") from None
+            time.sleep(0.5)
+
+
+def _stop_pid(pid_file: Path) -> None:
+    """End the process this harness started (its pid in `pid_file`): SIGTERM (nspawn then shuts the
+    machine down), SIGKILL after 15 s."""
+    try:
+        pid = int(pid_file.read_text())
+    except (OSError, ValueError):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pid_file.unlink(missing_ok=True)
+        return
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # not our child (an earlier run's): poll until it is gone
+            done = 0 if Path(f"/proc/{pid}").exists() else pid
+        if done:
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+    pid_file.unlink(missing_ok=True)
+
+
+def cleanup() -> None:
+    """Remove every machine, namespace, veth, loop device, the bridge and the relay that this harness
+    (this run or a killed earlier one) started; nothing else is touched."""
+    if STATE.is_dir():
+        for pid_file in STATE.glob("*.pid"):
+            _stop_pid(pid_file)
+    for netns in sh("ip", "netns", "list").stdout.split("\n"):
+        name = netns.split(" ")[0]
+        if name.startswith(f"{PREFIX}-"):
+            sh("ip", "netns", "delete", name, check=False)
+    if Path(f"/sys/class/net/{BRIDGE}").exists():
+        sh("ip", "link", "delete", BRIDGE, check=False)
+    if STATE.is_dir():
+        for image in STATE.glob("*.img"):
+            for line in sh("losetup", "-j", str(image)).stdout.splitlines():
+                sh("losetup", "-d", line.split(":")[0], check=False)
+        machines = STATE / "machines"
+        if machines.is_dir():
+            for root in machines.iterdir():
+                mounts = [m.split()[1] for m in Path("/proc/mounts").read_text().splitlines()]
+                for mount in sorted((m for m in mounts if m.startswith(str(root))), reverse=True):
+                    sh("umount", "-l", mount, check=False)
+        shutil.rmtree(STATE, ignore_errors=True)

@@ -1,0 +1,257 @@
+"""Sends the plan's host steps the way pulumi-command does: one SSH connection per step (through the
+bastion, with the host keys the stack pins), an exec of the step's command string without a terminal,
+its stdin written and then closed, the exit status and the output captured. Steps start in the plan's
+dependency order, at most PARALLEL at once.
+
+The client is the real OpenSSH client with ProxyJump (what operators use); pulumi-command uses Go's
+x/crypto/ssh, which sends the same exec request with the command string unchanged.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from tests.hosts.machines import USER
+
+# The steps this harness runs, by kind (the resource name after its host's name, or after its component's
+# for the init server's cluster steps). MinIO and the Zabbix agent on the NAS are not run by the harness
+# (docs/testing.md, host harness); a membership step has no command at create, only its delete.
+RUN = (
+    "prepare",
+    "rke2-certificate-dates",
+    "nvme",
+    "infiniband",
+    "ceph-disks",
+    "rke2",
+    "ca-hash",
+    "kubeconfig",
+    "membership",
+    "node-versions",
+)
+PARALLEL = 4
+
+# Kill the processes a step started on its host, as a host that loses the step's session mid-way would
+# leave it: every process under every `sshd: USER@notty` session but the one running this.
+KILL_STEP = r"""
+me=$$ ancestors=" "
+p=$me
+while [ "$p" -gt 1 ]; do ancestors="$ancestors$p "; p=$(awk '/^PPid/ {print $2}' /proc/$p/status); done
+tree() { echo "$1"; for c in $(pgrep -P "$1"); do tree "$c"; done; }
+pids=""
+for s in $(pgrep -f "^sshd: USER@notty"); do
+  case $ancestors in *" $s "*) continue ;; esac
+  for c in $(pgrep -P "$s"); do pids="$pids $(tree "$c")"; done
+done
+[ -z "$pids" ] || { kill -STOP $pids 2>/dev/null; kill -KILL $pids 2>/dev/null; }
+echo "killed:$pids"
+""".replace("USER", USER)
+
+
+@dataclass
+class Step:
+    name: str
+    urn: str
+    node: str
+    address: str
+    kind: str
+    create: Optional[str]
+    delete: Optional[str]
+    dependencies: list[str]
+    secret_stdin: bool = False
+    subject: str = ""
+
+
+@dataclass
+class Result:
+    step: str
+    host: str
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+    killed_at: Optional[float] = None
+
+    @property
+    def changes(self) -> list[str]:
+        return [line for line in self.stdout.splitlines() if line.startswith("changed: ")]
+
+
+def steps(plan: dict, config_file: Path, revealed: dict[str, dict]) -> tuple[list[Step], list[str]]:
+    """The host steps of `plan` (the plan JSON) that this harness runs, and the names of those it does
+    not. The host of a step is in its connection, which the JSON masks as secret: it is read from the same
+    evaluation with secrets revealed (`revealed`), whose commands must equal the JSON's."""
+    config = yaml.safe_load(config_file.read_text())["config"]
+    names = {n["address"]: n["name"] for n in config["ml-platform:nodes"]}
+    names.update({h["address"]: h["name"] for h in config["ml-platform:nas"]["hosts"]})
+    chosen, skipped = [], []
+    for resource in plan["resources"]:
+        if resource["type"] != "command:remote:Command":
+            continue
+        name, inputs = resource["name"], resource["inputs"]
+        secret = revealed[name]
+        assert (secret.get("create"), secret.get("delete")) == (inputs.get("create"), inputs.get("delete")), name
+        address = secret["connection"]["host"]
+        node = names[address]
+        # The node a step is about (a membership's delete runs on the init server, about its own node).
+        subject = max((n for n in names.values() if name.startswith(f"{n}-")), key=len, default=node)
+        kind = name[len(subject) + 1 :] if name.startswith(f"{subject}-") else name.split("-", 1)[1]
+        if kind not in RUN:
+            skipped.append(name)
+            continue
+        chosen.append(
+            Step(
+                name,
+                resource["urn"],
+                node,
+                address,
+                kind,
+                inputs.get("create"),
+                inputs.get("delete"),
+                resource["dependencies"],
+                secret_stdin=inputs.get("stdin") is not None,
+                subject=subject,
+            )
+        )
+    return chosen, sorted(skipped)
+
+
+class Ssh:
+    """OpenSSH client configuration: the stack's user, the bastion as ProxyJump, pinned host keys only."""
+
+    def __init__(self, directory: Path, key: Path, config_file: Path, extra: tuple[tuple[str, str], ...] = ()) -> None:
+        """`extra`: (address, host key) of machines outside the stack (the twins), pinned the same way."""
+        config = yaml.safe_load(config_file.read_text())["config"]
+        ssh = config["ml-platform:ssh"]
+        pinned = [(ssh["bastion"]["host"], ssh["bastion"]["hostKey"])]
+        pinned += [(n["address"], n["hostKey"]) for n in config["ml-platform:nodes"]]
+        pinned += [(h["address"], h["hostKey"]) for h in config["ml-platform:nas"]["hosts"]]
+        pinned += list(extra)
+        known = directory / "known_hosts"
+        known.write_text("".join(f"{address} {host_key}\n" for address, host_key in pinned))
+        self.config = directory / "ssh_config"
+        dial = int(ssh.get("perDialTimeoutSeconds", 15))
+        common = (
+            f"  User {ssh['user']}\n  IdentityFile {key}\n  IdentitiesOnly yes\n  UserKnownHostsFile {known}\n"
+            "  StrictHostKeyChecking yes\n  BatchMode yes\n"
+            "  LogLevel ERROR\n"
+            "  ControlMaster no\n  ControlPath none\n"
+        )
+        bastion = ssh["bastion"]
+        self.config.write_text(
+            f"Host {bastion['host']}\n  Port {bastion['port']}\n  ProxyJump none\n  ConnectTimeout {dial}\n{common}"
+            # pulumi-command gives each hop its own dial timeout; OpenSSH's ConnectTimeout for a host behind
+            # ProxyJump runs from before the bastion's handshake to the host's banner: both hops' time.
+            f"Host *\n  Port {ssh['port']}\n  ProxyJump {bastion['user']}@{bastion['host']}:{bastion['port']}\n"
+            f"  ConnectTimeout {2 * dial}\n{common}"
+        )
+
+    def argv(self, address: str, command: str, direct: bool = False) -> list[str]:
+        extra = ["-o", "ProxyJump=none"] if direct else []
+        # One argument after the host: ssh sends it as the exec request's command string, unchanged.
+        return ["ssh", "-F", str(self.config), "-T", *extra, address, command]
+
+    def run(
+        self,
+        address: str,
+        command: str,
+        stdin: Optional[str] = None,
+        kill_after: Optional[float] = None,
+        timeout: float = 600,
+    ) -> tuple[int, str, str, float, Optional[float]]:
+        """Exec `command` on `address`; with `kill_after`, cut the step at that second: its processes on
+        the host are killed (KILL_STEP, over a second connection), then its connection."""
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            self.argv(address, command),
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        killed_at = None
+        if kill_after is not None:
+            timer = threading.Timer(kill_after, self._cut, (address, proc))
+            timer.start()
+        try:
+            out, err = proc.communicate(stdin, timeout=timeout)
+        finally:
+            if kill_after is not None:
+                timer.cancel()
+                killed_at = kill_after if getattr(proc, "cut", False) else None
+        return proc.returncode, out, err, time.monotonic() - start, killed_at
+
+    def _cut(self, address: str, proc: subprocess.Popen) -> None:
+        if proc.poll() is not None:
+            return
+        proc.cut = True  # type: ignore[attr-defined]
+        subprocess.run(
+            self.argv(address, "sudo -n bash -s"), input=KILL_STEP, capture_output=True, text=True, timeout=60
+        )
+        proc.kill()
+
+    def sudo(self, address: str, script: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        """A harness command (not a plan step) as root on `address`: the fingerprint, drift changes."""
+        return subprocess.run(
+            self.argv(address, "sudo -n bash -s"), input=script, capture_output=True, text=True, timeout=timeout
+        )
+
+
+@dataclass
+class Run:
+    results: dict[str, Result] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+
+    def failed(self) -> list[Result]:
+        return [r for r in self.results.values() if r.returncode != 0]
+
+
+def run_steps(
+    ssh: Ssh,
+    chosen: list[Step],
+    action: str = "create",
+    parallel: int = PARALLEL,
+    address_of: Optional[dict] = None,
+    stdin_of: Optional[Callable[[Step, dict[str, Result]], str]] = None,
+) -> Run:
+    """Run each step's `create` (or `delete`, in reverse dependency order) once its dependencies within
+    `chosen` succeeded, at most `parallel` at once. `address_of`: node -> another address (a twin)."""
+    by_urn = {s.urn: s for s in chosen}
+    deps = {s.urn: {d for d in s.dependencies if d in by_urn} for s in chosen}
+    if action == "delete":  # dependents first
+        deps = {s.urn: {t.urn for t in chosen if t.delete and s.urn in deps[t.urn]} for s in chosen}
+    run = Run()
+    done: set[str] = set()
+    running: dict[concurrent.futures.Future, Step] = {}
+    pending = [s for s in chosen if getattr(s, action)]
+    with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
+        while pending or running:
+            ready = [s for s in pending if deps[s.urn] <= done]
+            for step in ready[: max(0, parallel - len(running))]:
+                pending.remove(step)
+                address = (address_of or {}).get(step.node, step.address)
+                # A secret stdin is known once what it is made of is (a join token pins the CA hash
+                # that an earlier step read): as the engine resolves it when the step starts.
+                stdin = stdin_of(step, run.results) if step.secret_stdin and action == "create" and stdin_of else None
+                running[pool.submit(ssh.run, address, getattr(step, action), stdin)] = step
+                run.order.append(step.name)
+            if not running:
+                break  # what is left waits for a failed step
+            finished, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in finished:
+                step = running.pop(future)
+                rc, out, err, seconds, _ = future.result()
+                run.results[step.name] = Result(step.name, step.node, rc, out, err, seconds)
+                if rc == 0:
+                    done.add(step.urn)
+        for step in pending:
+            run.results[step.name] = Result(step.name, step.node, -1, "", "not run: a dependency failed", 0.0)
+    return run
