@@ -173,7 +173,7 @@ def test_labels_and_taints_applied_through_the_api_count_too():
         "inputs": {"create": f"sudo -n env NODE_NAME=gpu-09 RKE2_CONFIG={shlex.quote(config)} bash -c 'true'"},
     }
     patch = {
-        "type": rollouts.NODE_PATCH_TYPE,
+        "type": placement.NODE_PATCH_TYPE,
         "name": "gpu-09-labels-taints",
         "inputs": {
             "metadata": {"name": "gpu-09", "labels": {"team": "vision"}},
