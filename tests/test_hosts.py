@@ -203,7 +203,7 @@ def test_node_removal_runs_the_delete_commands(hosts):
     assert not probe.differences(hosts.converged[node], probe.fingerprint(hosts.ssh, hosts.nodes()[node]))
 
 
-# --- drift: the drift probe (components/checks/drift-probe.sh) on the machines, `python -m stacks.drift` ---
+# --- drift: the drift probe (components/acceptance/checks/drift-probe.sh) on the machines, `python -m stacks.drift` ---
 
 PROBE = Path(__file__).resolve().parent.parent / "components" / "checks" / "drift-probe.sh"
 STANDIN_SYS = "/run/ml-platform-standin/sys"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2329  # the functions here are called by the scripts this is prepended to
-# Shared helpers, prepended to every host script by components/remote.py (one `bash -c` program).
+# Shared helpers, prepended to every host script by components/hosts/remote.py (one `bash -c` program).
 # Scripts log each change as "changed: ..." on stdout; a run that prints no such line changed nothing.
 set -euo pipefail
 

@@ -60,7 +60,7 @@ REPLACE_ON: dict[str, tuple[str, ...]] = {
     "pulumi-python:dynamic/zabbix:Bootstrap": ("url", "api_user"),
 }
 
-# The program's own dynamic providers (components/minio_objects.py, their `diff`), by the input that names
+# The program's own dynamic providers (components/minio/objects.py, their `diff`), by the input that names
 # the kind: the inputs that replace, and whether the old one is deleted first.
 DYNAMIC = "pulumi-python:dynamic:Resource"
 DYNAMIC_REPLACE = {"bucket": (("bucket",), False), "user": (("user", "policyName"), True)}
