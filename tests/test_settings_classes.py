@@ -199,7 +199,9 @@ def test_one_bucket_serves_one_purpose(shared):
 
     found = problems("prod", mutate)
     assert any(
-        p.startswith("storage.minio.etcdSnapshotBucket: bucket") and "is also storage.minio.cephfsBackupBucket" in p
+        p.startswith("storage.minio.etcdSnapshotBucket: bucket")
+        and "is also claimed by storage.minio.cephfsBackupBucket" in p
+        and "serves one purpose" in p
         for p in found
     ), found
 

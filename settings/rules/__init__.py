@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Set
 from typing import TYPE_CHECKING
 
-from settings.rules import ceph, cluster, hosts, minio, monitoring, network, scheduling
+from settings.rules import ceph, claims, cluster, hosts, minio, monitoring, network, scheduling
 from settings.rules.base import EVERY_AREA, Rule
 from settings.rules.cluster import rke2_release
 from settings.rules.scheduling import flavor_capacity, platform_namespaces
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 # Every rule group, by area, with the areas it reads and those it judges as a whole (see `Rule`).
 RULES: tuple[Rule, ...] = (
+    *claims.RULES,
     *hosts.RULES,
     *cluster.RULES,
     *network.RULES,
