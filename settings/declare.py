@@ -119,6 +119,18 @@ def refused(why: str) -> Change:
     return Change("refused", why)
 
 
+def destructive_flags() -> set[str]:
+    """The config keys of the true/false fields whose change destroys data (`format`, `force`, `wipe`)."""
+    from settings.root import Settings
+
+    return {
+        info.alias or name
+        for model in every_model(Settings)
+        for name, info in model.model_fields.items()
+        if info.annotation is bool and (change := changes_of(model).get(name)) and change.data_lost
+    }
+
+
 def changes_of(model: type[BaseModel]) -> dict[str, Change]:
     """Field name -> its declared change semantics, inherited declarations included (a subclass adds its own)."""
     found: dict[str, Change] = {}

@@ -48,7 +48,9 @@ class Partial:
         problem names one (a collision names two items)."""
         for path, positions in self.kept.items():
             problem = re.sub(
-                rf"(?<![\w.]){re.escape(path)}\[(\d+)\]", lambda m: f"{path}[{positions[int(m[1])]}]", problem
+                rf"(?<![\w.]){re.escape(path)}\[(\d+)\]",
+                lambda m, path=path, positions=positions: f"{path}[{positions[int(m[1])]}]",
+                problem,
             )
         return problem
 

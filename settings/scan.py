@@ -5,7 +5,8 @@ The plugins find private key blocks, known token formats (Slack, GitHub, GitLab,
 and high-entropy strings; each string is scanned whole and, for a URL, each query value and path segment on its
 own (a presigned URL's signature, a token in a webhook path). A hit is refused naming the config path and the
 plugin, never the value. Strings whose type is a public digest or key (a sha256, an image digest, an SSH host key,
-a PEM certificate, a device path with its serial) are still scanned for token formats and key blocks, but not judged by entropy alone.
+a PEM certificate, a device path with its serial) are still scanned for token formats and key blocks, but not
+judged by entropy alone.
 """
 
 from __future__ import annotations
