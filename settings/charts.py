@@ -7,7 +7,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from settings.declare import none, rerender
-from settings.types import Model, Url, Version
+from settings.types import ChartVersion, Model, Url
 
 
 class Chart(Model):
@@ -15,7 +15,7 @@ class Chart(Model):
 
     name: str = Field(min_length=1)
     """The chart's name in its repository."""
-    version: Version
+    version: ChartVersion
     """The pinned chart version."""
     repository: Url
     """The Helm repository (`https://...`) or OCI registry path (`oci://...`); point it at an internal mirror for
