@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stacks.diff import hosts, minio, releases, upgrades
+from stacks.diff import declared, hosts, minio, releases, upgrades
 from stacks.diff.core import (
     ABSENT,
     REPLACE_ON,
@@ -45,7 +45,7 @@ from stacks.diff.protect import refusal
 from stacks.diff.render import by_component, by_host, entry_lines, headline, output_lines, render_markdown, render_text
 
 # Every kind of destructive or disruptive change the review names, by area (docs/safety.md lists them).
-DANGER = (*hosts.CLASSES, *minio.CLASSES, *releases.CLASSES, *upgrades.CLASSES)
+DANGER = (*declared.CLASSES, *hosts.CLASSES, *minio.CLASSES, *releases.CLASSES, *upgrades.CLASSES)
 
 __all__ = [
     "ABSENT",
@@ -104,6 +104,7 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> Result:
         entry = classify(before.get(urn), after.get(urn), owner)
         if entry is not None:
             entries.append(entry)
+    entries = declared.bound_replacements(entries, before, after)
     outputs = [
         Change(name, old["outputs"].get(name, ABSENT), new["outputs"].get(name, ABSENT))
         for name in sorted(old["outputs"].keys() | new["outputs"].keys())
