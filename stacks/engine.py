@@ -349,6 +349,7 @@ def run(
         options=monitor.options,
         reads=sorted(monitor.reads, key=lambda r: r["urn"]),
         revealed_outputs=revealed_outputs,
+        settings=plain_settings(config, secret_keys) if project == PROJECT else {},
     )
 
 
@@ -417,7 +418,6 @@ def evaluate_stack(stack: str, config_file: Optional[Path] = None) -> Plan:
             os.environ[stack_file.STACK_FILE_ENV] = previous
     if file_problems:
         raise SettingsError(file_problems)
-    plan.settings = plain_settings(config, secret_keys)
     plan.secret_config = {
         key: config[key].rsplit("-", 1)[-1]
         for key in secret_keys
