@@ -318,7 +318,7 @@ class ClusterSettings(Model):
     provides; in every server's `tls-san`."""
     virtual_ip: Optional[VirtualIp] = None
     """When set, kube-vip on the servers holds `apiEndpoint`; unset: the site provides the address."""
-    init_server: Name
+    init_server: Annotated[Name, Uses("hostname")]
     """The control-plane node that started the cluster and whose kubeconfig is read. Required (no default to the first
     server listed): only its first install may initialise etcd; a reinstall joins the running cluster
     (docs/runbook.md, section 14)."""

@@ -93,7 +93,10 @@ def _reserved(everything: list[Held], add) -> None:
 
 
 def _networks(everything: list[Held], add) -> None:
-    ranges = [(h, ipaddress.IPv4Network(h.value)) for h in everything if h.claim.kind == "cidr"]
+    # One network's identical ranges (every GPU node's InfiniBand subnet) are one range, named by its first holder.
+    cidrs = [h for h in everything if h.claim.kind == "cidr"]
+    unique = {(h.claim.network, ipaddress.IPv4Network(h.value)): h for h in reversed(cidrs)}
+    ranges = [(h, net) for (_, net), h in reversed(unique.items())]
     reported: set[tuple[str, str]] = set()
     for i, (held, net) in enumerate(ranges):
         for other, other_net in ranges[:i]:
@@ -106,17 +109,22 @@ def _networks(everything: list[Held], add) -> None:
                 f"{held.path}: {net} overlaps {other_net} of {other.path} ({kinds}); every network needs its own "
                 "range: choose disjoint ones"
             )
+    inside: dict[tuple[str, str], list[Held]] = {}
     for held in everything:
         if held.claim.kind != "ipv4" or not looks_like_ipv4(str(held.value)):
             continue
         address, network = ipaddress.IPv4Address(held.value), held.claim.network or "ethernet"
-        inside = next(((h, n) for h, n in ranges if h.claim.network != network and address in n), None)
-        if inside:
-            owner, net = inside
-            add(
-                f"{held.path}: {held.value} ({network}) lies inside {net}, the {owner.claim.network} range of "
-                f"{owner.path}; choose an address outside it, or another range there"
-            )
+        for owner, net in ranges:
+            if owner.claim.network != network and address in net:
+                inside.setdefault((owner.path, network), []).append(held)
+                break
+    for (owner_path, network), held_list in inside.items():
+        held, owner = held_list[0], next(h for h, _ in ranges if h.path == owner_path)
+        more = f" ({len(held_list)} {network} addresses in all)" if len(held_list) > 1 else ""
+        add(
+            f"{held.path}: {held.value} ({network}) lies inside {owner.value}, the {owner.claim.network} range of "
+            f"{owner.path}{more}; choose an address outside it, or another range there"
+        )
 
 
 def _claim_problems(s: Settings, add) -> None:
