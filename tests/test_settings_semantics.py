@@ -18,7 +18,8 @@ PRESIGNED = (
 )
 GITHUB = "ghp_" + "R2d2C3po" * 4 + "Ab12"
 PRIVATE_KEY = (
-    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ==\n-----END OPENSSH PRIVATE KEY-----"
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ==\n"
+    "-----END OPENSSH PRIVATE KEY-----"
 )
 
 
