@@ -25,16 +25,17 @@ from stacks.diff.core import Change as ValueChange
 PROVIDER = "pulumi:providers:kubernetes"
 
 
-def document(plan: dict[str, Any]) -> Optional[dict[str, Any]]:
-    """A plan's settings as the models read them (defaults filled in, so that writing a default out changes
-    nothing); the raw document where the head's models cannot read the base's (a field renamed)."""
-    raw = plan.get("settings")
-    if raw is None:
-        return None
+def documents(old: dict[str, Any], new: dict[str, Any]) -> tuple[Optional[dict], Optional[dict]]:
+    """Both plans' settings as the models read them (defaults filled in, so that writing a default out changes
+    nothing); both raw where the head's models cannot read one of them (a field renamed since the base)."""
+    raw = old.get("settings"), new.get("settings")
+    if raw[0] is None or raw[1] is None:
+        return None, None
     try:
-        return Settings.model_validate(raw, by_alias=True).model_dump(by_alias=True, mode="json")
+        before, after = (Settings.model_validate(doc, by_alias=True) for doc in raw)
     except ValidationError:
         return raw
+    return before.model_dump(by_alias=True, mode="json"), after.model_dump(by_alias=True, mode="json")
 
 
 def declared(path: str) -> Optional[Change]:
@@ -60,7 +61,7 @@ def _decreased(change: ValueChange) -> bool:
 
 
 def settings_changes(sides: Sides) -> list[tuple[ValueChange, Change]]:
-    before, after = document(sides.old), document(sides.new)
+    before, after = documents(sides.old, sides.new)
     if before is None or after is None:
         return []
     found = []
@@ -92,7 +93,7 @@ def quorum(members: int) -> str:
 
 
 def _quorum_danger(sides: Sides) -> list[str]:
-    before, after = document(sides.old), document(sides.new)
+    before, after = documents(sides.old, sides.new)
     if before is None or after is None:
         return []
     old, new = _servers(before), _servers(after)
