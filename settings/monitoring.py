@@ -11,6 +11,7 @@ from typing import Annotated, ClassVar, Literal, Optional
 from pydantic import Field, model_validator
 
 from settings.declare import Claim, Uses, destroys_on_decrease, none, refused, replaces, rerender, restarts
+from settings.scan import PUBLIC
 from settings.types import Host, Model, Name, Url, Version
 
 # Zabbix trigger severities in ascending order (API `priority` 1..5; 0 "not classified" is never used).
@@ -141,7 +142,7 @@ class Channel(Model):
     """Name of the channel's Zabbix alert user, user group and action."""
     type: Literal["slack", "mattermost"]
     """Media type: slack or mattermost."""
-    send_to: str
+    send_to: Annotated[str, PUBLIC]
     """Slack: '#channel', '@user' or a channel ID; Mattermost: 'team/#channel', 'team/@user' or a 26-character channel
     ID."""
     min_severity: Severity = Field(default="average", description="Lowest severity sent: " + ", ".join(SEVERITIES))

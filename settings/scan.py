@@ -24,13 +24,28 @@ from settings.declare import field_at
 _ENTROPY = {"Base64HighEntropyString", "HexHighEntropyString"}
 # Plugins that judge a `key: value` line by its key or by the file it is in, not by the value.
 _NOT_BY_CONTENT = {"KeywordDetector", "IPPublicDetector"}
-# Field types whose values are public and high-entropy by design (their validators' names).
+# Field types whose values are public and high-entropy by design (their validators' names); a field can say the
+# same of itself with `PUBLIC` (a chat channel ID).
 _PUBLIC = {"_sha256", "_host_key", "_image", "_pem", "_device_path"}
+# Entropy alone judges only long strings: tokens, keys and signatures are 20 characters and more, while short
+# identifiers (a Slack channel ID `C0123456789`) are random-looking by design.
+_ENTROPY_MIN = 20
+
+class PublicMark:
+    """Marks a field whose values are public identifiers that look random (not judged by entropy alone)."""
+
+    def __repr__(self) -> str:
+        return "Public"
+
+
+PUBLIC = PublicMark()
 
 PLUGINS_DOC = (
     "every plain string of the settings is scanned by detect-secrets' plugins (private key blocks, Slack, GitHub, "
     "GitLab, AWS, Azure, Stripe, Twilio, JWT and other token formats, basic-auth URLs, high-entropy strings), "
-    "whole and, for URLs, each query value and path segment; a hit is refused naming the field, never the value"
+    "whole and, for URLs, each query value and path segment (entropy alone only for 20 characters and more, and not "
+    "for fields of public digests, keys, device paths or identifiers); a hit is refused naming the field, never the "
+    "value"
 )
 
 
@@ -69,7 +84,7 @@ def findings(value: str, public: bool = False) -> list[str]:
     for piece in _pieces(value):
         line = f'value: "{piece}"'
         for plugin in _plugins():
-            if public and type(plugin).__name__ in _ENTROPY:
+            if (public or len(piece) < _ENTROPY_MIN) and type(plugin).__name__ in _ENTROPY:
                 continue
             if plugin.analyze_line(filename="settings.yaml", line=line, line_number=1):
                 hits.add(plugin.secret_type)
@@ -95,8 +110,9 @@ def _public(root: type[BaseModel], path: str) -> bool:
     if found is None:
         return False
     info = found[2]
-    checks = [getattr(m, "func", None) for m in _all_metadata(info)]
-    return any(getattr(c, "__name__", "") in _PUBLIC for c in checks)
+    metadata = _all_metadata(info)
+    checks = [getattr(m, "func", None) for m in metadata]
+    return PUBLIC in metadata or any(getattr(c, "__name__", "") in _PUBLIC for c in checks)
 
 
 def _all_metadata(info: Any) -> list[Any]:

@@ -160,3 +160,24 @@ def test_yaml_copies_of_destructive_flags_are_refused(text):
 
 def test_yaml_copies_without_destructive_flags_are_left_alone():
     assert copy_problems("labels: &l {a: b}\nother: *l\nmore:\n  <<: *l\n  c: d\n", "f.yaml") == []
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        # chat channel IDs look random by design: the field declares them public
+        ("monitoring.alerting.channels", [{"name": "ops", "type": "slack", "sendTo": "C0123456789"}]),
+        (
+            "monitoring.alerting.channels",
+            [{"name": "ops", "type": "mattermost", "sendTo": "q8x3m4kpztfgdbwn1c7yjh5era"}],
+        ),
+        # a GUID client id is no token
+        (
+            "cluster.oidc",
+            {"issuerUrl": "https://sso.example.com/realms/ml", "clientId": "8f3c5a7e-1b2d-4c6f-9a0e-7d4b3c2a1f0e"},
+        ),
+    ],
+)
+def test_random_looking_public_identifiers_are_not_called_credentials(path, value):
+    found = problems("prod", lambda raw: _set(raw, path, value))
+    assert not [p for p in found if "looks like a credential" in p], found
