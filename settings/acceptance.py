@@ -8,12 +8,12 @@ raised; an `up` with unchanged settings re-runs nothing.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar
+from typing import ClassVar
 
 from pydantic import Field
 
-from settings.declare import Claim, replaces, rerender, restarts
-from settings.types import Image, Model, Name
+from settings.declare import replaces, rerender, restarts
+from settings.types import Image, Model, Namespace
 
 # Images. Neither publisher lists a digest we can cite, so both are pinned by tag (docs/acceptance.md).
 # pytorch/pytorch: the tag Kubeflow Trainer v2.3.0's torch runtime uses (charts/kubeflow-trainer values);
@@ -96,7 +96,7 @@ class DriftProbe(Model):
 
 
 class AcceptanceSettings(Model):
-    namespace: Annotated[Name, Claim("namespace")] = "ml-platform-acceptance"
+    namespace: Namespace = "ml-platform-acceptance"
     """Namespace of the checks and the probe."""
     run: int = Field(default=0, ge=0)
     """Raise it to run every check again on the next `up` with otherwise unchanged settings."""

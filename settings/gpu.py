@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from settings.declare import Claim, none, replaces, restarts
-from settings.types import Model, Name, Version
+from settings.declare import none, replaces, restarts
+from settings.types import Model, Namespace, StorageClassName, Version
 
 
 class GpuDriver(Model):
@@ -35,13 +35,13 @@ class TimeSlicing(Model):
 
 
 class Tier1Settings(Model):
-    storage_class_name: Annotated[Name, Claim("storage-class")] = "tier1-nvme"
+    storage_class_name: StorageClassName = "tier1-nvme"
     """The tier-1 StorageClass (local NVMe)."""
     mount_root: str = Field(default="/mnt/local-nvme", pattern=r"^/[A-Za-z0-9._/-]+$")
     """Where the NVMe devices are mounted for the provisioner, `<mountRoot>/<device basename>`."""
     fs_type: Literal["xfs", "ext4"] = "xfs"
     """Filesystem for devices marked `format: true` (existing ones stay as they are)."""
-    namespace: Annotated[Name, Claim("namespace")] = "tier1-storage"
+    namespace: Namespace = "tier1-storage"
     """Namespace of the local static provisioner (privileged: it mounts host paths and cleans volumes)."""
 
     CHANGES: ClassVar = {
@@ -53,7 +53,7 @@ class Tier1Settings(Model):
 
 
 class GpuSettings(Model):
-    namespace: Annotated[Name, Claim("namespace")] = "gpu-operator"
+    namespace: Namespace = "gpu-operator"
     """Namespace of the GPU Operator."""
     driver: GpuDriver
     """Where the NVIDIA driver comes from."""

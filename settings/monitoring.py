@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from settings.declare import Claim, Uses, destroys_on_decrease, none, refused, replaces, rerender, restarts
 from settings.scan import PUBLIC
-from settings.types import Host, Model, Name, Url, Version
+from settings.types import Host, Model, Name, Namespace, Url, Version
 
 # Zabbix trigger severities in ascending order (API `priority` 1..5; 0 "not classified" is never used).
 SEVERITIES = ("information", "warning", "average", "high", "disaster")
@@ -171,7 +171,7 @@ class AlertingSettings(Model):
 
 
 class MonitoringSettings(Model):
-    namespace: Annotated[Name, Claim("namespace")] = "monitoring"
+    namespace: Namespace = "monitoring"
     """Namespace of Zabbix and kube-state-metrics."""
     image_tag: Version = "ubuntu-7.0.16"
     """Tag of the zabbix/* images (server, web, agent2): the chart's zabbixImageTag."""

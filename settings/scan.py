@@ -31,6 +31,7 @@ _PUBLIC = {"_sha256", "_host_key", "_image", "_pem", "_device_path"}
 # identifiers (a Slack channel ID `C0123456789`) are random-looking by design.
 _ENTROPY_MIN = 20
 
+
 class PublicMark:
     """Marks a field whose values are public identifiers that look random (not judged by entropy alone)."""
 

@@ -13,7 +13,7 @@ from typing import Annotated, ClassVar, Literal, Optional
 from pydantic import AfterValidator, Field
 
 from settings.declare import Claim, destroys_on_decrease, none, replaces, rerender, restarts
-from settings.types import Model, Name
+from settings.types import Model, Name, Namespace
 
 CPU_FLAVOR = "cpu"
 
@@ -93,7 +93,7 @@ class Team(Model):
 
     name: Name
     """team name: ClusterQueue name and default namespace"""
-    namespaces: list[Annotated[Name, Claim("namespace")]] = []
+    namespaces: list[Namespace] = []
     """the team's namespaces (default: one named like the team)"""
     groups: list[str] = []
     """identity-provider groups bound to the team's role in its namespaces"""
@@ -188,11 +188,11 @@ class TrainingOperators(Model):
     trainer_runtime_image: str = "docker.io/pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
     """Default image of the `torch-distributed` ClusterTrainingRuntime (the Trainer 2.3.0 chart's
     `files/runtimes/torch-distributed.yaml`); a TrainJob sets its own in `spec.trainer.image`"""
-    jobset_namespace: Annotated[Name, Claim("namespace")] = "jobset-system"
+    jobset_namespace: Namespace = "jobset-system"
     """Namespace of the JobSet controller."""
-    trainer_namespace: Annotated[Name, Claim("namespace")] = "kubeflow-system"
+    trainer_namespace: Namespace = "kubeflow-system"
     """Namespace of the Trainer controller."""
-    kuberay_namespace: Annotated[Name, Claim("namespace")] = "kuberay-system"
+    kuberay_namespace: Namespace = "kuberay-system"
     """Namespace of the KubeRay operator."""
 
     CHANGES: ClassVar = {
@@ -207,9 +207,9 @@ class TrainingOperators(Model):
 
 
 class SchedulingSettings(Model):
-    volcano_namespace: Annotated[Name, Claim("namespace")] = "volcano-system"
+    volcano_namespace: Namespace = "volcano-system"
     """Namespace of Volcano."""
-    kueue_namespace: Annotated[Name, Claim("namespace")] = "kueue-system"
+    kueue_namespace: Namespace = "kueue-system"
     """Namespace of Kueue."""
     cohort: Optional[Name] = "ml-platform"
     """the cohort every team's ClusterQueue joins (borrowing idle quota); null: no borrowing"""

@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal, Optional
 from pydantic import Field, field_validator
 
 from settings.declare import Claim, Uses, destroys_on_decrease, none, refused, replaces, rerender, restarts
-from settings.types import Cron, Host, Image, Model, Name, Port, Sha256, Url
+from settings.types import Bucket, Cron, Host, Image, Model, Name, Namespace, Port, Sha256, StorageClassName, Url
 
 
 class CephNetwork(Model):
@@ -27,7 +27,7 @@ class CephNetwork(Model):
 
 
 class CephSettings(Model):
-    namespace: Annotated[Name, Claim("namespace")] = "rook-ceph"
+    namespace: Namespace = "rook-ceph"
     """Namespace of Rook and the Ceph cluster."""
     deployed: bool = False
     """Set true once tier 2 holds data (after its first `pulumi up`). While true, settings refuse a configuration
@@ -36,9 +36,9 @@ class CephSettings(Model):
     """Ceph's network (see `provider`)."""
     mon_count: int = Field(default=3, ge=1, le=9)
     """MON daemons: odd, at least 3, at most the storage hosts (5 keep quorum through two host losses)."""
-    block_storage_class: Annotated[Name, Claim("storage-class")] = "tier2-block"
+    block_storage_class: StorageClassName = "tier2-block"
     """The RBD StorageClass (ReadWriteOnce), the cluster's default class."""
-    shared_storage_class: Annotated[Name, Claim("storage-class")] = "tier2-shared"
+    shared_storage_class: StorageClassName = "tier2-shared"
     """The CephFS StorageClass (ReadWriteMany)."""
     filesystem_name: Name = "tier2fs"
     """The CephFS filesystem (renaming it creates a new, empty filesystem)."""
@@ -186,9 +186,9 @@ class MinioSettings(Model):
     """EC parity (MINIO_STORAGE_CLASS_STANDARD), fixed at first start."""
     require_host_loss: Optional[MinioHostLoss] = None
     """Fail unless the layout survives this many host losses."""
-    cephfs_backup_bucket: Annotated[Name, Claim("bucket")] = "cephfs-backup"
+    cephfs_backup_bucket: Bucket = "cephfs-backup"
     """Bucket of the CephFS backups."""
-    etcd_snapshot_bucket: Annotated[Name, Claim("bucket")] = "etcd-snapshots"
+    etcd_snapshot_bucket: Bucket = "etcd-snapshots"
     """Bucket of the RKE2 etcd snapshots."""
     noncurrent_retention_days: int = Field(default=30, ge=1, le=3650)
     """Days an overwritten or deleted object version is kept (bucket lifecycle; delete markers left alone are removed

@@ -15,6 +15,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
+from settings.declare import Claim
+
 _UNPINNED = {"", "latest", "stable", "main", "master", "head", "edge", "nightly", "trunk", "*"}
 
 
@@ -340,6 +342,10 @@ LabelValue = Annotated[
     ),
 ]
 Rke2Version = Annotated[str, AfterValidator(_rke2_version)]
+# Claim types: a field typed by one of these holds its claim without writing one (`settings.declare`).
+Namespace = Annotated[Name, Claim("namespace")]
+Bucket = Annotated[Name, Claim("bucket")]
+StorageClassName = Annotated[Name, Claim("storage-class")]
 ChartVersion = Annotated[str, AfterValidator(_chart_version)]
 
 
