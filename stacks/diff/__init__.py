@@ -14,7 +14,8 @@ replaced or deleted is an error, worded as Pulumi words it, with the runbook ste
 safely.
 
 One module per concern: `core` (the model, values, replace rules), `protect` (refusals of protected
-resources), the danger of each area (`hosts`, `minio`, `releases`, `upgrades`), `render` (text, Markdown).
+resources), `declared` (what each changed settings field declares, the etcd quorum, the cluster's identity),
+the danger of each area (`hosts`, `minio`, `releases`, `upgrades`), `render` (text, Markdown).
 """
 
 from __future__ import annotations
