@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import AfterValidator, Field, model_validator
 
 from settings.declare import (
+    Change,
     Claim,
     Uses,
     destroys_on_decrease,
@@ -21,6 +22,11 @@ from settings.declare import (
 from settings.types import Cron, Host, HostKey, Image, Model, Name, Port, Rke2Version, Url
 
 RKE2_RESTART = "rke2-server / rke2-agent (config.yaml rewritten)"
+
+
+def rke2_restart(detail: str, nodes: str) -> Change:
+    """A change of RKE2's config.yaml: the review's host Danger names the restart with its node count."""
+    return restarts(RKE2_RESTART + detail, nodes, by="hosts")
 
 
 class Rke2Install(Model):
@@ -69,12 +75,12 @@ class EtcdSnapshots(Model):
     `etcd-s3-config-secret`)."""
 
     CHANGES: ClassVar = {
-        "schedule_cron": restarts(RKE2_RESTART, "servers"),
+        "schedule_cron": rke2_restart("", "servers"),
         "retention": destroys_on_decrease(
             "etcd snapshots beyond the new count, the oldest first, locally and in the etcd bucket (RKE2 prunes "
             "at the next snapshot); rke2-server restarts on every server"
         ),
-        "s3": restarts(RKE2_RESTART + "; off: new snapshots stay on the servers only", "servers"),
+        "s3": rke2_restart("; off: new snapshots stay on the servers only", "servers"),
     }
 
 
@@ -286,18 +292,18 @@ class Oidc(Model):
     """PEM of the CA that signed the provider's TLS certificate; unset: the servers' system trust."""
 
     CHANGES: ClassVar = {
-        "issuer_url": restarts(RKE2_RESTART + ": kube-apiserver's --oidc flags", "servers"),
-        "client_id": restarts(RKE2_RESTART + ": kube-apiserver's --oidc flags", "servers"),
-        "username_claim": restarts(RKE2_RESTART + ": kube-apiserver's --oidc flags", "servers"),
-        "groups_claim": restarts(RKE2_RESTART + ": kube-apiserver's --oidc flags", "servers"),
-        "username_prefix": restarts(
-            RKE2_RESTART + "; every OIDC user name changes: RoleBindings naming the old ones stop matching", "servers"
+        "issuer_url": rke2_restart(": kube-apiserver's --oidc flags", "servers"),
+        "client_id": rke2_restart(": kube-apiserver's --oidc flags", "servers"),
+        "username_claim": rke2_restart(": kube-apiserver's --oidc flags", "servers"),
+        "groups_claim": rke2_restart(": kube-apiserver's --oidc flags", "servers"),
+        "username_prefix": rke2_restart(
+            "; every OIDC user name changes: RoleBindings naming the old ones stop matching", "servers"
         ),
-        "groups_prefix": restarts(
-            RKE2_RESTART + "; every OIDC group changes: team RoleBindings are re-rendered with the new prefix",
+        "groups_prefix": rke2_restart(
+            "; every OIDC group changes: team RoleBindings are re-rendered with the new prefix",
             "servers",
         ),
-        "ca_pem": restarts(RKE2_RESTART + ": kube-apiserver's --oidc-ca-file", "servers"),
+        "ca_pem": rke2_restart(": kube-apiserver's --oidc-ca-file", "servers"),
     }
 
 
@@ -358,11 +364,14 @@ class ClusterSettings(Model):
     CHANGES: ClassVar = {
         "name": rebuilds_cluster(
             "the Kubernetes provider's cluster_identifier: pulumi-kubernetes replaces the provider and with it every "
-            "Kubernetes object bound to it (delete and create: releases, PVC-backed workloads, storage classes)"
+            "Kubernetes object bound to it (delete and create: releases, PVC-backed workloads, storage classes)",
+            by="membership",
         ),
-        "rke2_version": restarts("RKE2 on every node, through the upgrade Plans (drained pool by pool)", "every node"),
-        "api_endpoint": restarts(
-            RKE2_RESTART + ": tls-san and every agent's server address; the kubeconfig is re-read", "every node"
+        "rke2_version": restarts(
+            "RKE2 on every node, through the upgrade Plans (drained pool by pool)", "every node", by="upgrades"
+        ),
+        "api_endpoint": rke2_restart(
+            ": tls-san and every agent's server address; the kubeconfig is re-read", "every node"
         ),
         "virtual_ip": restarts("kube-vip on the servers (added, moved or removed)", "servers"),
         "init_server": rebuilds_cluster(
@@ -373,13 +382,13 @@ class ClusterSettings(Model):
         "join_timeout_seconds": none("how long an RKE2 step waits"),
         "certificate_rotation": rerender("the admin kubeconfig is read again"),
         "os_family": replaces("every host's prepare step (packages and chrony paths), re-run on every host"),
-        "cis_profile": restarts(RKE2_RESTART + " with the CIS profile's etcd user and sysctls", "every node"),
-        "oidc": restarts(RKE2_RESTART + ": kube-apiserver's --oidc flags", "servers"),
+        "cis_profile": rke2_restart(" with the CIS profile's etcd user and sysctls", "every node"),
+        "oidc": rke2_restart(": kube-apiserver's --oidc flags", "servers"),
         "drain_timeout_seconds": none("how long a removed node's drain may take"),
         "drain_on_remove": rerender("a removed node's delete step: false deletes it without draining its pods"),
         "time_servers": restarts("chronyd (the prepare step re-runs)", "every node"),
-        "system_default_registry": restarts(RKE2_RESTART + "; every RKE2 system image is pulled again", "every node"),
-        "registry_mirrors": restarts(RKE2_RESTART + " (registries.yaml)", "every node"),
+        "system_default_registry": rke2_restart("; every RKE2 system image is pulled again", "every node"),
+        "registry_mirrors": rke2_restart(" (registries.yaml)", "every node"),
     }
 
     @property

@@ -58,12 +58,15 @@ Kind = Literal["none", "re-render", "restart", "replace", "destroys-on-decrease"
 class Change:
     """What changing a field does. `what`: the objects, pods or host services concerned, in plain words;
     `nodes`: where a restart happens (`every node`, `servers`, `GPU nodes`, `storage hosts`, `NAS hosts`, or
-    `cluster` for pods that are not per node); `data_lost`: a replacement loses the data it holds."""
+    `cluster` for pods that are not per node); `data_lost`: a replacement loses the data it holds; `worded_by`:
+    the review's Danger class (`stacks.diff.<module>`) that words this change from the plan in more detail (the
+    hosts, devices or releases concerned): the declared line is left out when that class names the change."""
 
     kind: Kind
     what: str = ""
     nodes: str = ""
     data_lost: bool = False
+    worded_by: str = ""
 
     @property
     def danger(self) -> bool:
@@ -99,24 +102,24 @@ def rerender(what: str) -> Change:
     return Change("re-render", what)
 
 
-def restarts(what: str, nodes: str) -> Change:
-    return Change("restart", what, nodes)
+def restarts(what: str, nodes: str, by: str = "") -> Change:
+    return Change("restart", what, nodes, worded_by=by)
 
 
-def replaces(what: str, data_lost: bool = False) -> Change:
-    return Change("replace", what, data_lost=data_lost)
+def replaces(what: str, data_lost: bool = False, by: str = "") -> Change:
+    return Change("replace", what, data_lost=data_lost, worded_by=by)
 
 
-def destroys_on_decrease(what: str) -> Change:
-    return Change("destroys-on-decrease", what)
+def destroys_on_decrease(what: str, by: str = "") -> Change:
+    return Change("destroys-on-decrease", what, worded_by=by)
 
 
-def rebuilds_cluster(what: str) -> Change:
-    return Change("rebuilds-cluster", what)
+def rebuilds_cluster(what: str, by: str = "") -> Change:
+    return Change("rebuilds-cluster", what, worded_by=by)
 
 
-def refused(why: str) -> Change:
-    return Change("refused", why)
+def refused(why: str, by: str = "") -> Change:
+    return Change("refused", why, worded_by=by)
 
 
 def destructive_flags() -> set[str]:

@@ -110,7 +110,7 @@ class NetworkSettings(Model):
 
     CHANGES: ClassVar = {
         "cni": refused("switching the CNI of a running cluster is unsupported; the CNI release is protected"),
-        "cluster_cidr": rebuilds_cluster("fixed when the cluster is created (RKE2 cluster-cidr)"),
-        "service_cidr": rebuilds_cluster("fixed when the cluster is created (RKE2 service-cidr)"),
-        "kube_proxy_replacement": restarts("RKE2 (disable-kube-proxy) and the Cilium agents", "every node"),
+        "cluster_cidr": rebuilds_cluster("fixed when the cluster is created (RKE2 cluster-cidr)", by="hosts"),
+        "service_cidr": rebuilds_cluster("fixed when the cluster is created (RKE2 service-cidr)", by="hosts"),
+        "kube_proxy_replacement": restarts("RKE2 (disable-kube-proxy) and the Cilium agents", "every node", by="hosts"),
     }

@@ -70,8 +70,10 @@ class OsdDevice(Model):
     OSD or is in use (docs/ceph-tier.md)."""
 
     CHANGES: ClassVar = {
-        "device": replaces("the Ceph OSD on the device (take it out first: docs/runbook.md, section 3)", True),
-        "wipe": replaces("every byte on the device (wiped for Ceph unless it already is an OSD or in use)", True),
+        "device": replaces("the Ceph OSD on the device (take it out first: docs/runbook.md, section 3)", True, "hosts"),
+        "wipe": replaces(
+            "every byte on the device (wiped for Ceph unless it already is an OSD or in use)", True, "hosts"
+        ),
     }
 
 
@@ -126,11 +128,14 @@ class NodeSettings(Model):
             "the node: a new name joins a new node and drains and deletes the old one (use renamedFrom for the same "
             "machine); its tier-1 local volumes go with it",
             data_lost=True,
+            by="hosts",
         ),
-        "address": restarts("every host step of the node (re-run over SSH) and RKE2 (node-ip)", "the node"),
+        "address": restarts("every host step of the node (re-run over SSH) and RKE2 (node-ip)", "the node", by="hosts"),
         "role": restarts("the node's role labels and GPU taint: pods that no longer fit are evicted", "the node"),
         "control_plane": replaces(
-            "the node's RKE2 install (server <-> agent: uninstalled and joined again); etcd membership changes", True
+            "the node's RKE2 install (server <-> agent: uninstalled and joined again); etcd membership changes",
+            True,
+            by="membership",
         ),
         "host_key": none("how the program reaches the host"),
         "gpu": rerender("the node's GPU labels and the flavors' capacity"),
@@ -138,7 +143,8 @@ class NodeSettings(Model):
         "nvme": destroys_on_decrease("a device taken off the list: its tier-1 local volumes are removed"),
         "osd_devices": destroys_on_decrease(
             "a device taken off the list leaves Ceph's inventory (its OSD must be taken out first); the last one "
-            "makes the node no storage host"
+            "makes the node no storage host",
+            by="hosts",
         ),
         "labels": rerender("the node's labels"),
         "renamed_from": none("read by the RKE2 step of a renamed node"),
@@ -172,7 +178,9 @@ class NasDrive(Model):
     """With format: also wipe a drive that holds data."""
 
     CHANGES: ClassVar = {
-        "device": replaces("a MinIO data drive: the pool's drive at this position (its erasure shards are lost)", True),
+        "device": replaces(
+            "a MinIO data drive: the pool's drive at this position (its erasure shards are lost)", True, "minio"
+        ),
         "format": replaces("the drive's filesystem: formatted as XFS when blank", data_lost=True),
         "force": replaces("the drive's filesystem, even one holding data, when format is true", data_lost=True),
     }
@@ -194,7 +202,8 @@ class NasHost(Model):
         "address": restarts("MinIO on every NAS host (MINIO_VOLUMES names the hosts by address)", "NAS hosts"),
         "host_key": none("how the program reaches the host"),
         "drives": destroys_on_decrease(
-            "a drive leaving MinIO's pool: MinIO does not start with another drive set than it was created with"
+            "a drive leaving MinIO's pool: MinIO does not start with another drive set than it was created with",
+            by="minio",
         ),
     }
 
@@ -206,6 +215,7 @@ class NasSettings(Model):
     CHANGES: ClassVar = {
         "hosts": destroys_on_decrease(
             "a NAS host leaving MinIO's pool takes its drives' erasure shards with it; tier 3 (backups, etcd "
-            "snapshots) may not start again"
+            "snapshots) may not start again",
+            by="minio",
         ),
     }

@@ -77,7 +77,8 @@ class Settings(Model):
     CHANGES: ClassVar = {
         "nodes": destroys_on_decrease(
             "a node taken off the list is cordoned, drained and deleted and RKE2 is uninstalled from it (its etcd "
-            "member too, for a server); its tier-1 local volumes are lost"
+            "member too, for a server); its tier-1 local volumes are lost",
+            by="hosts",
         ),
     }
 

@@ -112,9 +112,14 @@ class Team(Model):
 
     CHANGES: ClassVar = {
         "name": replaces(
-            "the team's ClusterQueue and, without namespaces, its namespace: every object in it is deleted", True
+            "the team's ClusterQueue and queues (a new team); without namespaces, a new namespace of the new name: the "
+            "old one is kept with its objects (retainOnDelete), the workloads do not move",
+            by="releases",
         ),
-        "namespaces": destroys_on_decrease("a namespace taken off the list is deleted with every object in it"),
+        "namespaces": destroys_on_decrease(
+            "a namespace taken off the list leaves the team (role bindings, queue); the namespace itself is kept with "
+            "its objects (retainOnDelete)"
+        ),
         "groups": rerender("the team's RoleBindings"),
         "quotas": destroys_on_decrease("a flavor taken off: workloads admitted on it may be evicted"),
         "fair_sharing_weight": rerender("the ClusterQueue's weight"),
@@ -231,6 +236,8 @@ class SchedulingSettings(Model):
         "allow_overcommit": none("a guard the settings rules read"),
         "priority_classes": destroys_on_decrease("a class taken off is deleted; jobs naming it are refused"),
         "teams": destroys_on_decrease(
-            "a team taken off: its ClusterQueue, LocalQueues and namespaces are deleted with every object in them"
+            "a team taken off: its ClusterQueue, LocalQueues, quotas, role bindings and CI account are deleted; its "
+            "namespaces are kept with everything in them (retainOnDelete)",
+            by="releases",
         ),
     }

@@ -33,7 +33,9 @@ class StackSecrets(Model):
 
     CHANGES: ClassVar = {
         "ssh_private_key": none("how the program reaches the hosts"),
-        "rke2_token": restarts("rke2-server (the token in config.yaml); agents keep their agent token", "servers"),
+        "rke2_token": restarts(
+            "rke2-server (the token in config.yaml); agents keep their agent token", "servers", "hosts"
+        ),
         "zabbix_admin_password": rerender("the Zabbix Admin password"),
         "zabbix_agent_psk": restarts("zabbix-agent2 and the server's PSK (agents reconnect)", "every node"),
         "zabbix_slack_bot_token": rerender("the Slack media type"),

@@ -21,7 +21,8 @@ class CephNetwork(Model):
     CHANGES: ClassVar = {
         "provider": refused(
             "pod -> host: Rook fails every MON over to host addresses (clients reconnect); host -> pod is not "
-            "supported by Rook"
+            "supported by Rook",
+            by="releases",
         ),
     }
 
@@ -51,11 +52,13 @@ class CephSettings(Model):
             "the Rook operator and the CephCluster in another namespace: a new, empty Ceph cluster", data_lost=True
         ),
         "deployed": none("a guard the settings rules read"),
-        "network": refused("see storage.ceph.network.provider"),
+        "network": refused("see storage.ceph.network.provider", by="releases"),
         "mon_count": destroys_on_decrease("MON daemons beyond the new count are removed (quorum shrinks)"),
         "block_storage_class": replaces("the RBD StorageClass (existing volumes keep the old class name)"),
         "shared_storage_class": replaces("the CephFS StorageClass (existing volumes keep the old class name)"),
-        "filesystem_name": replaces("the CephFS filesystem: a new, empty one (the old one's data unreachable)", True),
+        "filesystem_name": replaces(
+            "the CephFS filesystem: a new, empty one (the old one's data unreachable)", True, by="releases"
+        ),
         "ceph_image": restarts("every Ceph daemon (MON, MGR, OSD, MDS), one at a time by Rook", "storage hosts"),
     }
 

@@ -4,11 +4,8 @@ whose declared semantics restart on nodes, replace, destroy (a retention, count 
 cluster or are refused is named with the field, old and new value and what it does. A new settings field is
 covered by its declaration, without a line here.
 
-Two changes get their own wording: control-plane membership (etcd quorum before and after) and the cluster's
-identity. `cluster.name` is the Kubernetes provider's `clusterIdentifier`; pulumi-kubernetes replaces the provider
-when it changes, and the engine replaces every resource bound to a replaced provider (pulumi_kubernetes/provider.py,
-`cluster_identifier`: "the provider will _only_ be replaced when `clusterIdentifier` changes"). `bound_replacements`
-marks those resources replaced in the diff, so a protected one among them is refused (exit status 3).
+Where another Danger class words the same change from the plan in more detail (the hosts, devices or releases
+concerned), the field says so (`worded_by`) and its declared line is left out when that class names something.
 """
 
 from __future__ import annotations
@@ -19,10 +16,8 @@ from pydantic import ValidationError
 
 from settings import Settings
 from settings.declare import Change, changes_of, field_at
-from stacks.diff.core import ABSENT, DangerClass, Entry, Sides, component_of, show, value_changes
+from stacks.diff.core import ABSENT, DangerClass, Sides, show, value_changes
 from stacks.diff.core import Change as ValueChange
-
-PROVIDER = "pulumi:providers:kubernetes"
 
 
 def documents(old: dict[str, Any], new: dict[str, Any]) -> tuple[Optional[dict], Optional[dict]]:
@@ -72,93 +67,31 @@ def settings_changes(sides: Sides) -> list[tuple[ValueChange, Change]]:
     return found
 
 
-def _declared_danger(sides: Sides) -> list[str]:
+def declared_danger(sides: Sides, worded: frozenset[str] = frozenset()) -> list[str]:
+    """A line for each changed field whose declaration is Danger; `worded`: the Danger classes (by module) that
+    named something in this diff."""
     out = []
     for change, semantics in settings_changes(sides):
         if not semantics.danger or (semantics.kind == "destroys-on-decrease" and not _decreased(change)):
             continue
+        if semantics.worded_by and semantics.worded_by in worded:
+            continue
         path = change.path.lstrip(".")
-        out.append(f"settings {path}: {show(change.old)} -> {show(change.new)}: {semantics.describe()}")
+        out.append(f"settings {path}: {_shown(change.old)} -> {_shown(change.new)}: {semantics.describe()}")
     return out
 
 
-def _servers(doc: Optional[dict[str, Any]]) -> list[str]:
-    return [n["name"] for n in (doc or {}).get("nodes", []) if n.get("controlPlane")]
-
-
-def quorum(members: int) -> str:
-    if members == 0:
-        return "no etcd members"
-    return f"{members} etcd member(s), quorum {members // 2 + 1}, survives {(members - 1) // 2} server loss(es)"
-
-
-def _quorum_danger(sides: Sides) -> list[str]:
-    before, after = documents(sides.old, sides.new)
-    if before is None or after is None:
-        return []
-    old, new = _servers(before), _servers(after)
-    if old == new:
-        return []
-    left, joined = [s for s in old if s not in new], [s for s in new if s not in old]
-    moves = "; ".join([f"leaving: {', '.join(left)}"] * bool(left) + [f"joining: {', '.join(joined)}"] * bool(joined))
-    return [
-        f"control-plane membership changes ({moves}): {quorum(len(old))} -> {quorum(len(new))}. Change one server "
-        "per `up` and wait for etcd to report every member healthy in between (docs/runbook.md, section 3); a "
-        "server removed is uninstalled with its etcd data"
-    ]
-
-
-def bound_replacements(entries: list[Entry], before: dict[str, dict], after: dict[str, dict]) -> list[Entry]:
-    """`entries` with every resource bound to a replaced Kubernetes provider marked replaced (added when it has no
-    other change), as the engine replaces them."""
-    replaced = {e.urn for e in entries if e.type == PROVIDER and e.action in ("replace", "delete-before-replace")}
-    if not replaced:
-        return entries
-    by_urn = {e.urn: e for e in entries}
-    for urn, resource in after.items():
-        provider = resource.get("provider") or ""
-        if urn not in before or not any(provider == p or provider.startswith(f"{p}::") for p in replaced):
-            continue
-        entry = by_urn.get(urn)
-        if entry is None:
-            options = resource.get("options") or {}
-            entry = Entry(urn, resource["name"], resource["type"], "replace", component_of(urn, after), None)
-            entry.options = options
-            entries.append(entry)
-            by_urn[urn] = entry
-        if entry.action == "update":
-            entry.action = "replace"
-        entry.replace_because = sorted({*entry.replace_because, "provider (its Kubernetes provider is replaced)"})
-    return entries
-
-
-def _identity_danger(sides: Sides) -> list[str]:
-    out = []
-    for entry in sides.entries:
-        if entry.type != PROVIDER or entry.action not in ("replace", "delete-before-replace"):
-            continue
-        bound = [e for e in sides.entries if any(r.startswith("provider (") for r in e.replace_because)]
-        protected = sorted(e.name for e in bound if (e.options or {}).get("protect"))
-        old = (sides.before.get(entry.urn) or {}).get("inputs", {}).get("clusterIdentifier")
-        new = (sides.after.get(entry.urn) or {}).get("inputs", {}).get("clusterIdentifier")
-        out.append(
-            f"{entry.name}: the cluster's identity changes (clusterIdentifier {show(old)} -> {show(new)}, from "
-            f"cluster.name): pulumi-kubernetes replaces the provider and with it all {len(bound)} Kubernetes "
-            "object(s) bound to it (deleted and created again: releases, storage classes, queues, namespaces"
-            + (f"; protected, so `pulumi up` refuses: {', '.join(protected)}" if protected else "")
-            + "). A rename is not a change of cluster: keep cluster.name"
-        )
-    return out
+def _shown(value: Any) -> str:
+    """A list entry or section as its name (`(entry cpu-20)`), not its whole content."""
+    if isinstance(value, dict):
+        return f"(entry {value['name']})" if isinstance(value.get("name"), str) else "(a section)"
+    return show(value)
 
 
 CLASSES = (
     DangerClass(
         "a settings change whose declared semantics restart on nodes, replace, destroy when lowered, rebuild the "
         "cluster or are refused (every field declares one; docs/safety.md lists them)",
-        _declared_danger,
-    ),
-    DangerClass("control-plane membership: the etcd quorum before and after", _quorum_danger),
-    DangerClass(
-        "the cluster's identity: the Kubernetes provider and every object bound to it replaced", _identity_danger
+        declared_danger,
     ),
 )
