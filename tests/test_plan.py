@@ -44,7 +44,9 @@ def test_plan_json_is_deterministic(tmp_path):
     assert plan_cli.main(["prod", "--out", str(second)]) == 0
     assert first.read_bytes() == second.read_bytes()
     doc = json.loads(first.read_text())
-    assert set(doc) == {"project", "stack", "resources", "reads", "outputs"}
+    assert set(doc) == {"project", "stack", "resources", "reads", "outputs", "settings"}
+    # the plain settings the review compares field by field: no secret key among them
+    assert "cluster" in doc["settings"] and not set(doc["settings"]) & {"sshPrivateKey", "rke2Token"}
     urns = [r["urn"] for r in doc["resources"]]
     assert urns == sorted(urns)
     assert [r["urn"] for r in doc["reads"]] == sorted(r["urn"] for r in doc["reads"]) and doc["reads"]
