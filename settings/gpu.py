@@ -45,7 +45,9 @@ class Tier1Settings(Model):
     """Namespace of the local static provisioner (privileged: it mounts host paths and cleans volumes)."""
 
     CHANGES: ClassVar = {
-        "storage_class_name": replaces("the tier-1 StorageClass (existing volumes keep the old class name)"),
+        "storage_class_name": replaces(
+            "the tier-1 StorageClass (existing volumes keep the old class name)", by="releases"
+        ),
         "mount_root": restarts("the local provisioner; volumes under the old root are lost to it", "GPU nodes"),
         "fs_type": none("used only when a device marked format: true is formatted; existing filesystems stay"),
         "namespace": replaces("the local static provisioner in another namespace"),
@@ -63,5 +65,5 @@ class GpuSettings(Model):
     """Tier 1: local NVMe scratch on the GPU nodes."""
 
     CHANGES: ClassVar = {
-        "namespace": replaces("the GPU Operator release in another namespace (uninstall, install)"),
+        "namespace": replaces("the GPU Operator release in another namespace (uninstall, install)", by="releases"),
     }

@@ -191,7 +191,9 @@ class MonitoringSettings(Model):
     """Alert channels."""
 
     CHANGES: ClassVar = {
-        "namespace": replaces("Zabbix and its PostgreSQL in another namespace: the monitoring history is lost", True),
+        "namespace": replaces(
+            "Zabbix and its PostgreSQL in another namespace: the monitoring history is lost", True, by="releases"
+        ),
         "image_tag": restarts("the Zabbix server, web and agent2 pods (agent2 on every node)", "every node"),
         "server_node_port": restarts("the NAS hosts' agents (their server address)", "NAS hosts"),
         "api_user": replaces("the Zabbix user this program works as"),

@@ -231,7 +231,7 @@ class SchedulingSettings(Model):
 
     CHANGES: ClassVar = {
         "volcano_namespace": replaces("the Volcano release in another namespace (uninstall, install)"),
-        "kueue_namespace": replaces("the Kueue release in another namespace (uninstall, install)"),
+        "kueue_namespace": replaces("the Kueue release in another namespace (uninstall, install)", by="releases"),
         "cohort": rerender("every ClusterQueue's cohort (borrowing)"),
         "allow_overcommit": none("a guard the settings rules read"),
         "priority_classes": destroys_on_decrease("a class taken off is deleted; jobs naming it are refused"),

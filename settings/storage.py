@@ -49,13 +49,19 @@ class CephSettings(Model):
 
     CHANGES: ClassVar = {
         "namespace": replaces(
-            "the Rook operator and the CephCluster in another namespace: a new, empty Ceph cluster", data_lost=True
+            "the Rook operator and the CephCluster in another namespace: a new, empty Ceph cluster",
+            data_lost=True,
+            by="releases",
         ),
         "deployed": none("a guard the settings rules read"),
         "network": refused("see storage.ceph.network.provider", by="releases"),
         "mon_count": destroys_on_decrease("MON daemons beyond the new count are removed (quorum shrinks)"),
-        "block_storage_class": replaces("the RBD StorageClass (existing volumes keep the old class name)"),
-        "shared_storage_class": replaces("the CephFS StorageClass (existing volumes keep the old class name)"),
+        "block_storage_class": replaces(
+            "the RBD StorageClass (existing volumes keep the old class name)", by="releases"
+        ),
+        "shared_storage_class": replaces(
+            "the CephFS StorageClass (existing volumes keep the old class name)", by="releases"
+        ),
         "filesystem_name": replaces(
             "the CephFS filesystem: a new, empty one (the old one's data unreachable)", True, by="releases"
         ),
@@ -209,9 +215,11 @@ class MinioSettings(Model):
         "service": replaces("the MinIO systemd unit (the old unit is stopped, the new one started)"),
         "port": restarts("MinIO and every client of tier 3 (backups, etcd snapshot uploads)", "NAS hosts"),
         "endpoint": rerender("the address backups and etcd snapshot uploads use"),
-        "mount_root": refused("the drives are mounted there; MinIO would start on empty directories"),
-        "erasure_set_drives": refused("fixed when MinIO's pool is created"),
-        "parity": refused("fixed at MinIO's first start (MINIO_STORAGE_CLASS_STANDARD applies to new objects)"),
+        "mount_root": refused("the drives are mounted there; MinIO would start on empty directories", by="minio"),
+        "erasure_set_drives": refused("fixed when MinIO's pool is created", by="minio"),
+        "parity": refused(
+            "fixed at MinIO's first start (MINIO_STORAGE_CLASS_STANDARD applies to new objects)", by="minio"
+        ),
         "require_host_loss": none("a requirement the settings rules check"),
         "cephfs_backup_bucket": replaces("the backup bucket: a new, empty one (the old one stays, unused)"),
         "etcd_snapshot_bucket": replaces("the etcd snapshot bucket: a new, empty one; RKE2 restarts on the servers"),
