@@ -8,9 +8,12 @@ raised; an `up` with unchanged settings re-runs nothing.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
-from settings.types import Image, Model, Name
+from settings.declare import replaces, rerender, restarts
+from settings.types import Image, Model, Namespace
 
 # Images. Neither publisher lists a digest we can cite, so both are pinned by tag (docs/acceptance.md).
 # pytorch/pytorch: the tag Kubeflow Trainer v2.3.0's torch runtime uses (charts/kubeflow-trainer values);
@@ -28,6 +31,12 @@ class Check(Model):
     """How long the engine waits for the Job (`pulumi.com/timeoutSeconds`, the Job's `activeDeadlineSeconds`); a Job
     still pending then (e.g. GPUs not allocatable) fails."""
 
+    CHANGES: ClassVar = {
+        "enabled": rerender("the check's Job (created or removed)"),
+        "advisory": rerender("how the check's failure is reported"),
+        "timeout_seconds": rerender("the check's Job (it runs again)"),
+    }
+
 
 class NcclCheck(Check):
     ib_link_rate_gbps: int = Field(default=400, ge=10)
@@ -39,6 +48,13 @@ class NcclCheck(Check):
     """The single-node (NVLink) all-reduce passes at this bus bandwidth in GB/s."""
     message_size: str = Field(default="1G", pattern=r"^[0-9]+[KMG]$")
     """Largest message of the all-reduce sweep (nccl-tests -e)."""
+
+    CHANGES: ClassVar = {
+        "ib_link_rate_gbps": rerender("the check's Job (it runs again)"),
+        "ib_floor_fraction": rerender("the check's Job (it runs again)"),
+        "nvlink_floor_gbs": rerender("the check's Job (it runs again)"),
+        "message_size": rerender("the check's Job (it runs again)"),
+    }
 
     @property
     def ib_floor_gbs(self) -> float:
@@ -52,10 +68,19 @@ class StorageCheck(Check):
     floor_mib_s: int = Field(default=100, ge=1)
     """Each volume passes at this sequential write and read throughput (MiB/s)."""
 
+    CHANGES: ClassVar = {
+        "size_mib": rerender("the check's Job (it runs again)"),
+        "floor_mib_s": rerender("the check's Job (it runs again)"),
+    }
+
 
 class MonitoringCheck(Check):
     max_age_seconds: int = Field(default=600, ge=60)
     """Every inventory host's `agent.ping` must be at most this old in Zabbix."""
+
+    CHANGES: ClassVar = {
+        "max_age_seconds": rerender("the check's Job (it runs again)"),
+    }
 
 
 class DriftProbe(Model):
@@ -64,9 +89,14 @@ class DriftProbe(Model):
     interval_seconds: int = Field(default=3600, ge=60)
     """How often each node refreshes its fingerprint."""
 
+    CHANGES: ClassVar = {
+        "enabled": rerender("the drift probe DaemonSet (created or removed)"),
+        "interval_seconds": restarts("the drift probe DaemonSet's pods", "every node"),
+    }
+
 
 class AcceptanceSettings(Model):
-    namespace: Name = "ml-platform-acceptance"
+    namespace: Namespace = "ml-platform-acceptance"
     """Namespace of the checks and the probe."""
     run: int = Field(default=0, ge=0)
     """Raise it to run every check again on the next `up` with otherwise unchanged settings."""
@@ -87,3 +117,10 @@ class AcceptanceSettings(Model):
     """Fresh data in Zabbix from every inventory host."""
     drift: DriftProbe
     """The per-node fingerprint DaemonSet."""
+
+    CHANGES: ClassVar = {
+        "namespace": replaces("the checks and the probe in another namespace"),
+        "run": rerender("every check's Job runs again"),
+        "gpu_image": rerender("the GPU checks' Jobs (they run again)"),
+        "tools_image": restarts("the drift probe DaemonSet's pods; the other checks run again", "every node"),
+    }

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
-from settings.types import Model, Url, Version
+from settings.declare import none, rerender
+from settings.types import ChartVersion, Model, Url
 
 
 class Chart(Model):
@@ -12,11 +15,17 @@ class Chart(Model):
 
     name: str = Field(min_length=1)
     """The chart's name in its repository."""
-    version: Version
+    version: ChartVersion
     """The pinned chart version."""
     repository: Url
     """The Helm repository (`https://...`) or OCI registry path (`oci://...`); point it at an internal mirror for
     air-gapped sites."""
+
+    CHANGES: ClassVar = {
+        "name": rerender("the Helm release is upgraded to another chart (the review's rollouts name what restarts)"),
+        "version": rerender("the Helm release is upgraded (the review's rollouts name what restarts)"),
+        "repository": none("where the same chart and version are fetched from"),
+    }
 
 
 def _chart(name: str, version: str, repository: str) -> Chart:

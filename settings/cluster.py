@@ -3,12 +3,30 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, Optional
+from typing import Annotated, ClassVar, Literal, Optional
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator, Field, model_validator
 
+from settings.declare import (
+    Change,
+    Claim,
+    Uses,
+    destroys_on_decrease,
+    none,
+    rebuilds_cluster,
+    replaces,
+    rerender,
+    restarts,
+)
 from settings.types import Cron, Host, HostKey, Image, Model, Name, Port, Rke2Version, Url
+
+RKE2_RESTART = "rke2-server / rke2-agent (config.yaml rewritten)"
+
+
+def rke2_restart(detail: str, nodes: str) -> Change:
+    """A change of RKE2's config.yaml: the review's host Danger names the restart with its node count."""
+    return restarts(RKE2_RESTART + detail, nodes, by="hosts")
 
 
 class Rke2Install(Model):
@@ -25,6 +43,12 @@ class Rke2Install(Model):
     """`INSTALL_RKE2_METHOD`. `rpm` also installs `rke2-selinux` (needed on RHEL with SELinux enforcing); `tar`
     installs no SELinux policy."""
 
+    CHANGES: ClassVar = {
+        "installer_url": none("read only when a host installs RKE2: fresh hosts and reinstalls"),
+        "artifact_url": none("read only when a host installs RKE2"),
+        "method": none("read only when a host installs RKE2"),
+    }
+
 
 class VirtualIp(Model):
     """A virtual IP for the API and registration address, held by kube-vip on the servers (ARP)."""
@@ -35,6 +59,11 @@ class VirtualIp(Model):
     kube_vip_image: Image = "ghcr.io/kube-vip/kube-vip:v1.0.4"
     """The pinned kube-vip image of the servers' static pod; point it at a mirror for air-gapped sites."""
 
+    CHANGES: ClassVar = {
+        "interface": restarts("the kube-vip static pod", "servers"),
+        "kube_vip_image": restarts("the kube-vip static pod (the API address moves while it restarts)", "servers"),
+    }
+
 
 class EtcdSnapshots(Model):
     schedule_cron: Cron = "0 */6 * * *"
@@ -44,6 +73,15 @@ class EtcdSnapshots(Model):
     s3: bool = True
     """Also upload snapshots to the MinIO tier's etcd bucket when `nas.hosts` is set (`etcd-s3` +
     `etcd-s3-config-secret`)."""
+
+    CHANGES: ClassVar = {
+        "schedule_cron": rke2_restart("", "servers"),
+        "retention": destroys_on_decrease(
+            "etcd snapshots beyond the new count, the oldest first, locally and in the etcd bucket (RKE2 prunes "
+            "at the next snapshot); rke2-server restarts on every server"
+        ),
+        "s3": rke2_restart("; off: new snapshots stay on the servers only", "servers"),
+    }
 
 
 _DAYS = Literal["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
@@ -91,6 +129,13 @@ class UpgradeWindow(Model):
     time_zone: Annotated[str, AfterValidator(_time_zone)] = "UTC"
     """The IANA time zone of the times, e.g. `Europe/Berlin`."""
 
+    CHANGES: ClassVar = {
+        "days": rerender("the upgrade Plan's window"),
+        "start_time": rerender("the upgrade Plan's window"),
+        "end_time": rerender("the upgrade Plan's window"),
+        "time_zone": rerender("the upgrade Plan's window"),
+    }
+
     @model_validator(mode="after")
     def _not_empty(self) -> UpgradeWindow:
         if self.start_time == self.end_time:
@@ -111,6 +156,12 @@ class UpgradeDrain(Model):
     the drain and fails that node's Job."""
     grace_period_seconds: Optional[int] = Field(default=None, ge=0, le=86400)
     """Overrides each pod's termination grace period during the drain; unset: the pods' own."""
+
+    CHANGES: ClassVar = {
+        "timeout_seconds": rerender("the upgrade Plan's drain"),
+        "force": rerender("the upgrade Plan's drain: pods without a controller are deleted for good"),
+        "grace_period_seconds": rerender("the upgrade Plan's drain"),
+    }
 
     @model_validator(mode="after")
     def _grace_within_timeout(self) -> UpgradeDrain:
@@ -133,6 +184,12 @@ class UpgradePool(Model):
     drain: UpgradeDrain
     """How the pool's nodes are drained."""
 
+    CHANGES: ClassVar = {
+        "concurrency": rerender("the upgrade Plan's concurrency: how many nodes are drained at once"),
+        "window": rerender("the upgrade Plan's window"),
+        "drain": rerender("the upgrade Plan's drain"),
+    }
+
 
 def _one_osd_host(value: int) -> int:
     """Exactly 1: Rook's PodDisruptionBudgets let one OSD host (the failure domain) go down at a time."""
@@ -149,6 +206,10 @@ class StorageUpgradePool(UpgradePool):
 
     concurrency: Annotated[int, AfterValidator(_one_osd_host)] = 1
     """Must be 1: one OSD host down at a time, as Rook's PodDisruptionBudgets allow."""
+
+    CHANGES: ClassVar = {
+        "concurrency": rerender("the storage hosts' upgrade Plan (always 1)"),
+    }
 
 
 class ClusterUpgrade(Model):
@@ -179,6 +240,17 @@ class ClusterUpgrade(Model):
     upgrade_image: Annotated[str, AfterValidator(_untagged_image)] = "docker.io/rancher/rke2-upgrade"
     """The rke2-upgrade image repository, without a tag or digest: the controller tags it with `rke2Version` (`+`
     written as `-`). Point it at a mirror for air-gapped sites."""
+
+    CHANGES: ClassVar = {
+        "gpu": rerender("the GPU nodes' upgrade Plan"),
+        "storage": rerender("the storage hosts' upgrade Plan"),
+        "cpu": rerender("the CPU agents' upgrade Plan"),
+        "server_post_complete_delay_seconds": rerender("the servers' upgrade Plan"),
+        "wait_timeout_seconds": none("how long `up` waits for the Plans"),
+        "controller_image": restarts("the system-upgrade-controller pod", "cluster"),
+        "kubectl_image": rerender("the image the next upgrade Jobs drain with"),
+        "upgrade_image": rerender("the image the next upgrade Jobs run"),
+    }
 
 
 def _issuer_url(value: str) -> str:
@@ -219,6 +291,21 @@ class Oidc(Model):
     ca_pem: Optional[Annotated[str, AfterValidator(_pem)]] = None
     """PEM of the CA that signed the provider's TLS certificate; unset: the servers' system trust."""
 
+    CHANGES: ClassVar = {
+        "issuer_url": rke2_restart(": kube-apiserver's --oidc flags", "servers"),
+        "client_id": rke2_restart(": kube-apiserver's --oidc flags", "servers"),
+        "username_claim": rke2_restart(": kube-apiserver's --oidc flags", "servers"),
+        "groups_claim": rke2_restart(": kube-apiserver's --oidc flags", "servers"),
+        "username_prefix": rke2_restart(
+            "; every OIDC user name changes: RoleBindings naming the old ones stop matching", "servers"
+        ),
+        "groups_prefix": rke2_restart(
+            "; every OIDC group changes: team RoleBindings are re-rendered with the new prefix",
+            "servers",
+        ),
+        "ca_pem": rke2_restart(": kube-apiserver's --oidc-ca-file", "servers"),
+    }
+
 
 class ClusterSettings(Model):
     name: Name
@@ -232,12 +319,12 @@ class ClusterSettings(Model):
     """Where RKE2 is installed from."""
     upgrade: ClusterUpgrade
     """How a `rke2Version` bump rolls over the running nodes."""
-    api_endpoint: Host
+    api_endpoint: Annotated[Host, Uses("ipv4", network="ethernet")]
     """The fixed API and registration address: a virtual IP (with `virtualIp`) or a load balancer or DNS name the site
     provides; in every server's `tls-san`."""
     virtual_ip: Optional[VirtualIp] = None
     """When set, kube-vip on the servers holds `apiEndpoint`; unset: the site provides the address."""
-    init_server: Name
+    init_server: Annotated[Name, Uses("hostname")]
     """The control-plane node that started the cluster and whose kubeconfig is read. Required (no default to the first
     server listed): only its first install may initialise etcd; a reinstall joins the running cluster
     (docs/runbook.md, section 14)."""
@@ -266,13 +353,43 @@ class ClusterSettings(Model):
     """How long a removed node's drain may take before the `up` fails."""
     drain_on_remove: bool = True
     """Drain a node before it is deleted; set `false` only to tear a whole environment down."""
-    time_servers: list[Host] = []
+    time_servers: list[Annotated[Host, Uses("ipv4")]] = []
     """NTP servers for chrony; empty: the distribution's default."""
-    system_default_registry: Optional[Host] = None
+    system_default_registry: Optional[Annotated[Host, Uses("hostname")]] = None
     """RKE2 `system-default-registry`: the registry RKE2's own images are pulled from (air-gapped sites)."""
     registry_mirrors: dict[str, list[Url]] = {}
     """containerd mirrors per registry, e.g. `{"nvcr.io": ["https://mirror.example"]}`, written to
     `/etc/rancher/rke2/registries.yaml`."""
+
+    CHANGES: ClassVar = {
+        "name": rebuilds_cluster(
+            "the Kubernetes provider's cluster_identifier: pulumi-kubernetes replaces the provider and with it every "
+            "Kubernetes object bound to it (delete and create: releases, PVC-backed workloads, storage classes)",
+            by="membership",
+        ),
+        "rke2_version": restarts(
+            "RKE2 on every node, through the upgrade Plans (drained pool by pool)", "every node", by="upgrades"
+        ),
+        "api_endpoint": rke2_restart(
+            ": tls-san and every agent's server address; the kubeconfig is re-read", "every node"
+        ),
+        "virtual_ip": restarts("kube-vip on the servers (added, moved or removed)", "servers"),
+        "init_server": rebuilds_cluster(
+            "only the first install of the init server may initialise etcd; naming another server re-points the "
+            "kubeconfig read and the host steps that run there (docs/runbook.md, section 14)"
+        ),
+        "deployed_rke2_version": rerender("the pre-upgrade check and the upgrade Plans exist only while it differs"),
+        "join_timeout_seconds": none("how long an RKE2 step waits"),
+        "certificate_rotation": rerender("the admin kubeconfig is read again"),
+        "os_family": replaces("every host's prepare step (packages and chrony paths), re-run on every host"),
+        "cis_profile": rke2_restart(" with the CIS profile's etcd user and sysctls", "every node"),
+        "oidc": rke2_restart(": kube-apiserver's --oidc flags", "servers"),
+        "drain_timeout_seconds": none("how long a removed node's drain may take"),
+        "drain_on_remove": rerender("a removed node's delete step: false deletes it without draining its pods"),
+        "time_servers": restarts("chronyd (the prepare step re-runs)", "every node"),
+        "system_default_registry": rke2_restart("; every RKE2 system image is pulled again", "every node"),
+        "registry_mirrors": rke2_restart(" (registries.yaml)", "every node"),
+    }
 
     @property
     def upgrade_pending(self) -> bool:
@@ -281,20 +398,27 @@ class ClusterSettings(Model):
 
 
 class Bastion(Model):
-    host: Host
+    host: Annotated[Host, Uses("ipv4", network="ethernet")]
     """The jump host's address or DNS name."""
-    port: Port = 22
+    port: Annotated[Port, Uses("port", scope="bastion")] = 22
     """The jump host's SSH port."""
     user: str = "root"
     """The user on the jump host (same private key as the nodes)."""
     host_key: Optional[HostKey] = None
     """The jump host's pinned SSH host key (required unless `ssh.allowUnpinnedHostKeys`)."""
 
+    CHANGES: ClassVar = {
+        "host": none("how the program reaches the hosts"),
+        "port": none("how the program reaches the hosts"),
+        "user": none("how the program reaches the hosts"),
+        "host_key": none("how the program reaches the hosts"),
+    }
+
 
 class SshSettings(Model):
     user: str = "root"
     """Login user on every host; any other user runs scripts with `sudo -n`."""
-    port: Port = 22
+    port: Annotated[Port, Claim("port", scope="host")] = 22
     """SSH port of every node and NAS host."""
     bastion: Optional[Bastion] = None
     """An optional jump host."""
@@ -305,3 +429,12 @@ class SshSettings(Model):
     """Connection attempts before a host step fails."""
     per_dial_timeout_seconds: int = Field(default=15, ge=1, le=600)
     """Timeout of one connection attempt, in seconds."""
+
+    CHANGES: ClassVar = {
+        "user": none("how the program reaches the hosts; host steps whose connection changes are updated"),
+        "port": none("how the program reaches the hosts (sshd's own port is the site's)"),
+        "bastion": none("how the program reaches the hosts"),
+        "allow_unpinned_host_keys": none("how the program reaches the hosts"),
+        "dial_error_limit": none("how the program reaches the hosts"),
+        "per_dial_timeout_seconds": none("how the program reaches the hosts"),
+    }

@@ -6,6 +6,9 @@ message the settings give (path, problem, fix), with the file and line in front:
 - a key given twice in one mapping (YAML keeps the last silently; Pulumi's CLI refuses the file);
 - a key under a misspelt project prefix (`ml-platfrom:nodes`): Pulumi passes it on as another project's
   config and the program would never read it, so the setting would silently fall back to its default;
+- an alias (`*name`) or merge key (`<<:`) that copies an entry carrying a destructive flag (`wipe`, `format`,
+  `force`: the flags whose change the settings declare as destroying data): a copy would silently mark another
+  disk for destruction, so such entries are written out in full;
 - every settings problem (`load`), placed at the line of the path it names.
 """
 
@@ -23,6 +26,8 @@ FILE_CHECKS = (
     "YAML syntax: the file and line of the error (the parser stops there)",
     "a key given twice in one mapping (YAML would keep only the last)",
     "a key under a misspelt project prefix (`ml-platfrom:nodes`), which would silently be another project's config",
+    "a YAML alias or merge key (`*disk`, `<<: *disk`) copying an entry that carries a destructive flag "
+    "(wipe, format, force)",
     "every settings problem placed at the file and line of the path it names",
 )
 # The stack file a run reads (set by `__main__.py` and the offline preview), for placing problems at lines.
@@ -54,6 +59,7 @@ def read(path: Path, namespace: str) -> tuple[Optional[Located], list[str]]:
         ]
     problems: list[str] = []
     _duplicates(root, path.name, problems)
+    problems += copy_problems(text, path.name)
     doc = yaml.safe_load(text) or {}
     lines: dict[str, int] = {}
     config = _child(root, "config")
@@ -66,6 +72,57 @@ def read(path: Path, namespace: str) -> tuple[Optional[Located], list[str]]:
             if prefix == namespace and sep:
                 _index(value_node, rest, lines)
     return Located(doc, lines), problems
+
+
+def copy_problems(text: str, file_name: str) -> list[str]:
+    """Aliases and merge keys that copy a destructive flag (`destructive_flags`) into another entry."""
+    from settings.declare import destructive_flags  # the declarations, read once the models exist
+
+    flags = destructive_flags()
+    anchored: dict[str, tuple[int, set[str]]] = {}
+    frames: list[dict[str, Any]] = []
+    problems: list[str] = []
+
+    def value_done(keys: set[str]) -> None:
+        if frames:
+            frames[-1]["keys"] |= keys
+            frames[-1]["key_next"] = frames[-1]["map"]
+
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            merged = bool(frames) and frames[-1].get("merge", False)
+            line = event.start_mark.line + 1
+            map_ = isinstance(event, yaml.MappingStartEvent)
+            frames.append({"map": map_, "anchor": event.anchor, "line": line, "keys": set(), "key_next": map_})
+            frames[-1]["merged"] = merged
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            frame = frames.pop()
+            if frame["anchor"]:
+                anchored[frame["anchor"]] = (frame["line"], frame["keys"])
+            if frame["merged"] and frame["keys"] & flags:
+                problems.append(_copy_problem(file_name, frame["line"], "this merge key", frame["keys"] & flags))
+            value_done(frame["keys"])
+        elif isinstance(event, yaml.ScalarEvent):
+            if frames and frames[-1]["key_next"]:
+                frames[-1]["keys"].add(event.value)
+                frames[-1]["merge"] = event.value == "<<" and event.implicit[0]
+                frames[-1]["key_next"] = False
+            else:
+                value_done(set())
+        elif isinstance(event, yaml.AliasEvent):
+            line, keys = anchored.get(event.anchor, (0, set()))
+            if keys & flags:
+                what = f"`*{event.anchor}` (the entry at line {line})"
+                problems.append(_copy_problem(file_name, event.start_mark.line + 1, what, keys & flags))
+            value_done(keys)
+    return problems
+
+
+def _copy_problem(file_name: str, line: int, what: str, flags: set[str]) -> str:
+    return (
+        f"{file_name}:{line}: {what} copies {', '.join(sorted(flags))}, which destroy(s) data, into another entry; "
+        "a copied destructive flag marks another disk without anyone writing it there: write each entry out in full"
+    )
 
 
 def namespace_problems(keys: list[str], namespace: str, where: str = "") -> list[str]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from settings.types import Model, Name, Version
+from settings.declare import none, replaces, restarts
+from settings.types import Model, Namespace, StorageClassName, Version
 
 
 class GpuDriver(Model):
@@ -15,6 +16,11 @@ class GpuDriver(Model):
     version: Version = "595.91.07"
     """The NVIDIA driver version the operator's driver container runs."""
 
+    CHANGES: ClassVar = {
+        "managed_by": restarts("the NVIDIA driver (operator <-> host); GPU pods are evicted first", "GPU nodes"),
+        "version": restarts("the NVIDIA driver container; GPU pods on each node are evicted first", "GPU nodes"),
+    }
+
 
 class TimeSlicing(Model):
     enabled: bool = False
@@ -22,20 +28,34 @@ class TimeSlicing(Model):
     replicas: int = Field(default=4, ge=2, le=64)
     """How many pods share one GPU when enabled."""
 
+    CHANGES: ClassVar = {
+        "enabled": restarts("the device plugin; the schedulable GPUs change", "GPU nodes"),
+        "replicas": restarts("the device plugin; the schedulable GPUs change", "GPU nodes"),
+    }
+
 
 class Tier1Settings(Model):
-    storage_class_name: Name = "tier1-nvme"
+    storage_class_name: StorageClassName = "tier1-nvme"
     """The tier-1 StorageClass (local NVMe)."""
     mount_root: str = Field(default="/mnt/local-nvme", pattern=r"^/[A-Za-z0-9._/-]+$")
     """Where the NVMe devices are mounted for the provisioner, `<mountRoot>/<device basename>`."""
     fs_type: Literal["xfs", "ext4"] = "xfs"
     """Filesystem for devices marked `format: true` (existing ones stay as they are)."""
-    namespace: Name = "tier1-storage"
+    namespace: Namespace = "tier1-storage"
     """Namespace of the local static provisioner (privileged: it mounts host paths and cleans volumes)."""
+
+    CHANGES: ClassVar = {
+        "storage_class_name": replaces(
+            "the tier-1 StorageClass (existing volumes keep the old class name)", by="releases"
+        ),
+        "mount_root": restarts("the local provisioner; volumes under the old root are lost to it", "GPU nodes"),
+        "fs_type": none("used only when a device marked format: true is formatted; existing filesystems stay"),
+        "namespace": replaces("the local static provisioner in another namespace"),
+    }
 
 
 class GpuSettings(Model):
-    namespace: Name = "gpu-operator"
+    namespace: Namespace = "gpu-operator"
     """Namespace of the GPU Operator."""
     driver: GpuDriver
     """Where the NVIDIA driver comes from."""
@@ -43,3 +63,7 @@ class GpuSettings(Model):
     """GPU time-slicing (shared GPUs)."""
     tier1: Tier1Settings
     """Tier 1: local NVMe scratch on the GPU nodes."""
+
+    CHANGES: ClassVar = {
+        "namespace": replaces("the GPU Operator release in another namespace (uninstall, install)", by="releases"),
+    }

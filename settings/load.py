@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from settings.partial import path_text, set_aside
 from settings.root import NAMESPACE, SECRET_LOOKALIKES, Settings, SettingsError
 from settings.rules import cross_field_problems, waiting_rules
+from settings.scan import credential_problems, strings
 from settings.secrets import SECRET_KEYS
 
 
@@ -30,6 +31,11 @@ def load(raw: dict[str, Any]) -> Settings:
     known = {k: v for k, v in raw.items() if k not in SECRET_KEYS and _alias_field(k) is not None}
     errors = _errors(known)
     problems += [_describe(err) for err in errors]
+    credentials = credential_problems(Settings, {k: v for k, v in raw.items() if k not in SECRET_KEYS})
+    if credentials:  # no other message may echo a value the scanner calls a credential
+        flagged = {path.split(": ", 1)[0]: None for path in credentials}
+        values = [v for p, v in strings(raw) if p in flagged]
+        problems = [p for p in problems if not any(v in p for v in values)] + credentials
     notes = []
     if errors:
         partial = set_aside(Settings, known, errors)

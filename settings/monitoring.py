@@ -6,11 +6,13 @@ Secrets (bot tokens, the agent PSK, the Admin password) are never part of this m
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, ClassVar, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from settings.types import Host, Model, Name, Url, Version
+from settings.declare import Claim, Uses, destroys_on_decrease, none, refused, replaces, rerender, restarts
+from settings.scan import PUBLIC
+from settings.types import Host, Model, Name, Namespace, Url, Version
 
 # Zabbix trigger severities in ascending order (API `priority` 1..5; 0 "not classified" is never used).
 SEVERITIES = ("information", "warning", "average", "high", "disaster")
@@ -33,10 +35,10 @@ class WebSettings(Model):
     `zabbixCaCert`); an Ingress terminates TLS with that certificate or the site's (`tlsSecretName`,
     verified with `caCert`). The program verifies the certificate on every API call."""
 
-    node_port: Optional[int] = Field(default=31080, ge=30000, le=32767)
+    node_port: Annotated[Optional[int], Claim("port", scope="node-port")] = Field(default=31080, ge=30000, le=32767)
     """HTTPS NodePort of the web Service; the URL is https://<cluster.apiEndpoint>:<nodePort>. Set to null when
     ingressHost is used."""
-    ingress_host: Optional[Host] = None
+    ingress_host: Optional[Annotated[Host, Uses("hostname")]] = None
     """Host name of an Ingress to the web UI (https://<ingressHost>); instead of nodePort."""
     ingress_class_name: Optional[Name] = None
     """IngressClass for ingressHost."""
@@ -49,6 +51,15 @@ class WebSettings(Model):
     insecure_plain_http_lab_only: bool = False
     """Lab only: serve the web UI and API over plain HTTP (the Admin password and the API token cross the network in
     clear text). Never set it for production."""
+
+    CHANGES: ClassVar = {
+        "node_port": rerender("the web Service's NodePort (the URL changes)"),
+        "ingress_host": rerender("the web Ingress (the URL changes)"),
+        "ingress_class_name": rerender("the web Ingress"),
+        "tls_secret_name": restarts("the Zabbix web pod (its certificate)", "cluster"),
+        "ca_cert": none("how the program verifies the API"),
+        "insecure_plain_http_lab_only": restarts("the Zabbix web pod (HTTP instead of HTTPS)", "cluster"),
+    }
 
     @model_validator(mode="after")
     def _tls_source_is_complete(self) -> WebSettings:
@@ -65,6 +76,10 @@ class DatabaseSettings(Model):
     storage_size: str = Field(default="50Gi", pattern=r"^[1-9][0-9]*(Gi|Ti)$")
     """Size of the PostgreSQL volume (tier-2 block storage class), e.g. 50Gi."""
 
+    CHANGES: ClassVar = {
+        "storage_size": refused("a StatefulSet's volumeClaimTemplates cannot change; grow the PVC by hand"),
+    }
+
 
 class NasAgentSettings(Model):
     """Zabbix agent 2 on the NAS hosts, installed from an apt repository (point it at a mirror)."""
@@ -77,6 +92,13 @@ class NasAgentSettings(Model):
     """URL of the repository's signing key (binary or armored OpenPGP key)."""
     version: Version = "1:7.0.16-1+debian12"
     """Exact zabbix-agent2 package version (apt `=VERSION` pin; `apt-cache policy zabbix-agent2`)."""
+
+    CHANGES: ClassVar = {
+        "apt_repository": restarts("zabbix-agent2 (the package is installed again)", "NAS hosts"),
+        "apt_suite": restarts("zabbix-agent2 (the package is installed again)", "NAS hosts"),
+        "apt_key_url": restarts("zabbix-agent2 (the package is installed again)", "NAS hosts"),
+        "version": restarts("zabbix-agent2 (the package is installed again)", "NAS hosts"),
+    }
 
 
 class Thresholds(Model):
@@ -115,6 +137,24 @@ class Thresholds(Model):
     gpu_idle_minutes: int = Field(default=60, ge=5, le=10080)
     """How long a GPU allocated to a pod may stay idle before its team is told (severity information)."""
 
+    CHANGES: ClassVar = {
+        "gpu_temperature_celsius": rerender("one Zabbix global macro"),
+        "gpu_memory_used_percent": rerender("one Zabbix global macro"),
+        "ib_port_errors_per_hour": rerender("one Zabbix global macro"),
+        "ceph_pool_used_percent": rerender("one Zabbix global macro"),
+        "ib_min_rate_gbps": rerender("one Zabbix global macro"),
+        "node_cordoned_max_minutes": rerender("one Zabbix global macro"),
+        "certificate_expiry_days": rerender("one Zabbix global macro"),
+        "etcd_snapshot_margin_minutes": rerender("one Zabbix global macro"),
+        "queue_pending_max_minutes": rerender("one Zabbix global macro"),
+        "queue_quota_idle_percent": rerender("one Zabbix global macro"),
+        "queue_evictions_per_hour": rerender("one Zabbix global macro"),
+        "queue_borrowed_gpus": rerender("one Zabbix global macro"),
+        "queue_borrowing_minutes": rerender("one Zabbix global macro"),
+        "gpu_idle_percent": rerender("one Zabbix global macro and the queue dashboards' idle threshold"),
+        "gpu_idle_minutes": rerender("one Zabbix global macro"),
+    }
+
 
 class Channel(Model):
     """One alert destination: a Slack or Mattermost channel (or user), the lowest severity it receives
@@ -124,7 +164,7 @@ class Channel(Model):
     """Name of the channel's Zabbix alert user, user group and action."""
     type: Literal["slack", "mattermost"]
     """Media type: slack or mattermost."""
-    send_to: str
+    send_to: Annotated[str, PUBLIC]
     """Slack: '#channel', '@user' or a channel ID; Mattermost: 'team/#channel', 'team/@user' or a 26-character channel
     ID."""
     min_severity: Severity = Field(default="average", description="Lowest severity sent: " + ", ".join(SEVERITIES))
@@ -135,6 +175,15 @@ class Channel(Model):
     named like the team, LocalQueues in its namespaces) and GPUs their pods hold idle (docs/teams.md); [] = no such
     limit."""
 
+    CHANGES: ClassVar = {
+        "name": replaces("the channel's Zabbix user, user group and action"),
+        "type": rerender("the channel's media"),
+        "send_to": rerender("the channel's media"),
+        "min_severity": rerender("the channel's action"),
+        "host_groups": rerender("the channel's action"),
+        "teams": rerender("the channel's action (its event-tag conditions)"),
+    }
+
 
 class AlertingSettings(Model):
     mattermost_url: Optional[Url] = None
@@ -142,15 +191,20 @@ class AlertingSettings(Model):
     channels: list[Channel] = []
     """Where alerts go."""
 
+    CHANGES: ClassVar = {
+        "mattermost_url": rerender("the Mattermost media type"),
+        "channels": destroys_on_decrease("a channel taken off the list: its user, user group and action are deleted"),
+    }
+
 
 class MonitoringSettings(Model):
-    namespace: Name = "monitoring"
+    namespace: Namespace = "monitoring"
     """Namespace of Zabbix and kube-state-metrics."""
     image_tag: Version = "ubuntu-7.0.16"
     """Tag of the zabbix/* images (server, web, agent2): the chart's zabbixImageTag."""
     web: WebSettings
     """Web UI / API exposure."""
-    server_node_port: int = Field(default=31051, ge=30000, le=32767)
+    server_node_port: Annotated[int, Claim("port", scope="node-port")] = Field(default=31051, ge=30000, le=32767)
     """NodePort of the server's trapper port (10051), for the NAS hosts' active agents."""
     database: DatabaseSettings
     """The bundled PostgreSQL."""
@@ -162,3 +216,12 @@ class MonitoringSettings(Model):
     """Trigger thresholds."""
     alerting: AlertingSettings
     """Alert channels."""
+
+    CHANGES: ClassVar = {
+        "namespace": replaces(
+            "Zabbix and its PostgreSQL in another namespace: the monitoring history is lost", True, by="releases"
+        ),
+        "image_tag": restarts("the Zabbix server, web and agent2 pods (agent2 on every node)", "every node"),
+        "server_node_port": restarts("the NAS hosts' agents (their server address)", "NAS hosts"),
+        "api_user": replaces("the Zabbix user this program works as"),
+    }

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
+from settings.declare import Claim, Uses, destroys_on_decrease, rebuilds_cluster, refused, replaces, restarts
 from settings.types import HOSTNAME, IPv4Network, Model, Name, Version
 
 
@@ -17,12 +18,25 @@ class IpoibNetwork(Model):
     """Deploy the secondary IPoIB network (Multus, nv-ipam)."""
     name: Name = "ib-net"
     """Name of the IPoIBNetwork and its NetworkAttachmentDefinition."""
-    namespace: Name = "default"
+    namespace: Annotated[Name, Uses("namespace")] = "default"
     """Namespace of the NetworkAttachmentDefinition."""
-    range: IPv4Network = "192.168.200.0/24"
+    range: Annotated[IPv4Network, Claim("cidr", network="ipoib-pods")] = "192.168.200.0/24"
     """The pods' IPoIB addresses; must not hold host IB addresses (`nodes[].infiniband.address`)."""
     per_node_block_size: int = Field(default=64, ge=2, le=65536)
     """Addresses nv-ipam hands each GPU node from `range` (GPU nodes x block must fit in it)."""
+
+    @property
+    def claims_held(self) -> bool:
+        """Only a deployed network holds its range and namespace."""
+        return self.enabled
+
+    CHANGES: ClassVar = {
+        "enabled": destroys_on_decrease("off: the IPoIB network, Multus and nv-ipam go; pods lose it"),
+        "name": replaces("the IPoIBNetwork and its NetworkAttachmentDefinition (pods name it in an annotation)"),
+        "namespace": replaces("the NetworkAttachmentDefinition, in the other namespace"),
+        "range": replaces("the pods' IPoIB pool: pods attached keep their old addresses until restarted"),
+        "per_node_block_size": replaces("the nodes' IPoIB address blocks"),
+    }
 
 
 _CNIS = ("cilium", "calico")
@@ -66,17 +80,37 @@ class InfinibandSettings(Model):
     ipoib_network: IpoibNetwork
     """An optional secondary IPoIB network for pods."""
 
+    CHANGES: ClassVar = {
+        "mode": restarts("the IPoIB interfaces (RDMA and IPoIB traffic drops)", "GPU nodes"),
+        "mtu": restarts("the IPoIB interfaces", "GPU nodes"),
+        "host_stack": restarts(
+            "the InfiniBand driver stack (inbox <-> DOCA-OFED container: the links go down while it reloads)",
+            "GPU nodes",
+        ),
+        "doca_driver_version": restarts("the DOCA-OFED driver (the links go down while it reloads)", "GPU nodes"),
+        "rdma_resource_name": restarts(
+            "the RDMA shared device plugin; pods requesting the old resource name no longer schedule", "GPU nodes"
+        ),
+    }
+
 
 class NetworkSettings(Model):
     cni: Annotated[Literal["cilium", "calico"], BeforeValidator(_cni)] = "cilium"
     """The one Ethernet CNI. Choose it before the first `up`: switching it on a running cluster is unsupported and
     refused at preview (docs/network-fabric.md)."""
-    cluster_cidr: IPv4Network = "10.42.0.0/16"
+    cluster_cidr: Annotated[IPv4Network, Claim("cidr", network="pod")] = "10.42.0.0/16"
     """Pod network (RKE2 `cluster-cidr`, Cilium's cluster pool, Calico's IP pool); one /24 per node must fit; must not
     overlap the service network or hold host addresses."""
-    service_cidr: IPv4Network = "10.43.0.0/16"
+    service_cidr: Annotated[IPv4Network, Claim("cidr", network="service")] = "10.43.0.0/16"
     """Service network (RKE2 `service-cidr`)."""
     kube_proxy_replacement: bool = True
     """With Cilium: RKE2 `disable-kube-proxy` and Cilium's kube-proxy replacement; ignored with Calico."""
     infiniband: InfinibandSettings
     """The GPU nodes' InfiniBand fabric."""
+
+    CHANGES: ClassVar = {
+        "cni": refused("switching the CNI of a running cluster is unsupported; the CNI release is protected"),
+        "cluster_cidr": rebuilds_cluster("fixed when the cluster is created (RKE2 cluster-cidr)", by="hosts"),
+        "service_cidr": rebuilds_cluster("fixed when the cluster is created (RKE2 service-cidr)", by="hosts"),
+        "kube_proxy_replacement": restarts("RKE2 (disable-kube-proxy) and the Cilium agents", "every node", by="hosts"),
+    }

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+import ipaddress
+from typing import Annotated, ClassVar, Literal, Optional
 
 from pydantic import Field, model_validator
 
+from settings.declare import Claim, destroys_on_decrease, none, replaces, rerender, restarts
 from settings.types import DevicePath, HostKey, IPv4, LabelKey, LabelValue, Model, Name
 
 
@@ -15,18 +17,34 @@ class GpuSpec(Model):
     count: int = Field(ge=1, le=16)
     """GPUs in the node (node label, stack output `gpuTotal`)."""
 
+    CHANGES: ClassVar = {
+        "model": replaces("the GPU model's node label and Kueue ResourceFlavor (quotas name flavors by model)"),
+        "count": rerender("the node's gpu-count label and the schedulable capacity the quotas are checked against"),
+    }
+
 
 class InfinibandSpec(Model):
     interface: Name
     """The node's IPoIB interface, e.g. `ibp12s0`."""
-    address: IPv4
+    address: Annotated[IPv4, Claim("ipv4", network="infiniband")]
     """The interface's static IPoIB address; unique over all nodes."""
     prefix_length: int = Field(default=24, ge=8, le=30)
     """Prefix length of `address`."""
 
+    def extra_claims(self) -> list[tuple[Claim, str, str]]:
+        """The IB subnet the host addresses live in: no other network may overlap it."""
+        subnet = ipaddress.IPv4Interface(f"{self.address}/{self.prefix_length}").network
+        return [(Claim("cidr", network="infiniband"), str(subnet), "prefixLength")]
+
+    CHANGES: ClassVar = {
+        "interface": restarts("the node's IPoIB interface (RDMA and IPoIB traffic drops)", "the node"),
+        "address": restarts("the node's IPoIB interface (RDMA and IPoIB traffic drops)", "the node"),
+        "prefix_length": restarts("the node's IPoIB interface configuration", "the node"),
+    }
+
 
 class NvmeDevice(Model):
-    device: DevicePath
+    device: Annotated[DevicePath, Claim("device", scope="host")]
     """A tier-1 NVMe device, mounted at `gpu.tier1.mountRoot/<basename>` (basenames unique per node); a
     `/dev/disk/by-id/...` path, required with `format: true` (kernel names can change across reboots)."""
     format: bool = False
@@ -36,14 +54,27 @@ class NvmeDevice(Model):
     """With `format`: also format a device that holds a filesystem or partition table (never one that is mounted, nor
     one this program formatted before)."""
 
+    CHANGES: ClassVar = {
+        "device": replaces("the tier-1 volume on the device (its local PersistentVolumes)", data_lost=True),
+        "format": replaces("the device's filesystem: formatted when blank (with force: always)", True),
+        "force": replaces("the device's filesystem, even one holding data, when format is true", data_lost=True),
+    }
+
 
 class OsdDevice(Model):
-    device: DevicePath
+    device: Annotated[DevicePath, Claim("device", scope="host")]
     """A Ceph OSD device; a `/dev/disk/by-id/...` path, required with `wipe: true` (kernel names can change across
     reboots)."""
     wipe: bool = False
     """Wiping is destructive: only devices marked here are ever wiped for Ceph, and never one that already is a Ceph
     OSD or is in use (docs/ceph-tier.md)."""
+
+    CHANGES: ClassVar = {
+        "device": replaces("the Ceph OSD on the device (take it out first: docs/runbook.md, section 3)", True, "hosts"),
+        "wipe": replaces(
+            "every byte on the device (wiped for Ceph unless it already is an OSD or in use)", True, "hosts"
+        ),
+    }
 
 
 # Node labels of the InfiniBand topology (`topology`); Kueue's Topology lists them as its levels.
@@ -59,11 +90,16 @@ class Topology(Model):
     rack: LabelValue
     """IB rack (leaf switch) of the node; node label `ml-platform.io/ib-rack`"""
 
+    CHANGES: ClassVar = {
+        "block": rerender("the node's ib-block label and the Kueue Topology"),
+        "rack": rerender("the node's ib-rack label and the Kueue Topology"),
+    }
+
 
 class NodeSettings(Model):
-    name: Name
+    name: Annotated[Name, Claim("hostname")]
     """Node and host name; unique."""
-    address: IPv4
+    address: Annotated[IPv4, Claim("ipv4", network="ethernet")]
     """Ethernet IPv4 address (SSH, RKE2 `node-ip`); unique."""
     role: Literal["gpu", "cpu"]
     """`gpu` (tainted `nvidia.com/gpu`) or `cpu`."""
@@ -87,6 +123,34 @@ class NodeSettings(Model):
     topology: Optional[Topology] = None
     """InfiniBand block and rack; become node labels and a Kueue Topology"""
 
+    CHANGES: ClassVar = {
+        "name": replaces(
+            "the node: a new name joins a new node and drains and deletes the old one (use renamedFrom for the same "
+            "machine); its tier-1 local volumes go with it",
+            data_lost=True,
+            by="hosts",
+        ),
+        "address": restarts("every host step of the node (re-run over SSH) and RKE2 (node-ip)", "the node", by="hosts"),
+        "role": restarts("the node's role labels and GPU taint: pods that no longer fit are evicted", "the node"),
+        "control_plane": replaces(
+            "the node's RKE2 install (server <-> agent: uninstalled and joined again); etcd membership changes",
+            True,
+            by="membership",
+        ),
+        "host_key": none("how the program reaches the host"),
+        "gpu": rerender("the node's GPU labels and the flavors' capacity"),
+        "infiniband": restarts("the node's IPoIB interface configuration", "the node"),
+        "nvme": destroys_on_decrease("a device taken off the list: its tier-1 local volumes are removed"),
+        "osd_devices": destroys_on_decrease(
+            "a device taken off the list leaves Ceph's inventory (its OSD must be taken out first); the last one "
+            "makes the node no storage host",
+            by="hosts",
+        ),
+        "labels": rerender("the node's labels"),
+        "renamed_from": none("read by the RKE2 step of a renamed node"),
+        "topology": rerender("the node's topology labels and the Kueue Topology"),
+    }
+
     @model_validator(mode="after")
     def _topology_becomes_labels(self) -> NodeSettings:
         # The topology reaches the node through `labels`, which the bootstrap applies (RKE2 at
@@ -105,7 +169,7 @@ class NodeSettings(Model):
 
 
 class NasDrive(Model):
-    device: DevicePath
+    device: Annotated[DevicePath, Claim("device", scope="host")]
     """The drive, by a stable path (/dev/disk/by-id/...)."""
     # Formatting is destructive: the same rule as tier-1 NVMe.
     format: bool = False
@@ -113,11 +177,19 @@ class NasDrive(Model):
     force: bool = False
     """With format: also wipe a drive that holds data."""
 
+    CHANGES: ClassVar = {
+        "device": replaces(
+            "a MinIO data drive: the pool's drive at this position (its erasure shards are lost)", True, "minio"
+        ),
+        "format": replaces("the drive's filesystem: formatted as XFS when blank", data_lost=True),
+        "force": replaces("the drive's filesystem, even one holding data, when format is true", data_lost=True),
+    }
+
 
 class NasHost(Model):
-    name: Name
+    name: Annotated[Name, Claim("hostname")]
     """The NAS host's name; unique over nodes and NAS hosts."""
-    address: IPv4
+    address: Annotated[IPv4, Claim("ipv4", network="ethernet")]
     """The NAS host's IPv4 address (SSH); unique over nodes and NAS hosts."""
     host_key: Optional[HostKey] = None
     """The host's pinned SSH host key (required unless `ssh.allowUnpinnedHostKeys`)."""
@@ -125,7 +197,25 @@ class NasHost(Model):
     """The MinIO data drives in MinIO order (drive i mounts at `storage.minio.mountRoot`/drive<i>); .the same count on
     every NAS host."""
 
+    CHANGES: ClassVar = {
+        "name": replaces("the NAS host's MinIO service and agent (a new host to MinIO's pool)", data_lost=True),
+        "address": restarts("MinIO on every NAS host (MINIO_VOLUMES names the hosts by address)", "NAS hosts"),
+        "host_key": none("how the program reaches the host"),
+        "drives": destroys_on_decrease(
+            "a drive leaving MinIO's pool: MinIO does not start with another drive set than it was created with",
+            by="minio",
+        ),
+    }
+
 
 class NasSettings(Model):
     hosts: list[NasHost] = []
     """The NAS hosts that run MinIO outside the cluster."""
+
+    CHANGES: ClassVar = {
+        "hosts": destroys_on_decrease(
+            "a NAS host leaving MinIO's pool takes its drives' erasure shards with it; tier 3 (backups, etcd "
+            "snapshots) may not start again",
+            by="minio",
+        ),
+    }

@@ -44,11 +44,14 @@ class Partial:
     kept: dict[str, list[int]] = field(default_factory=dict)  # list path -> config positions of the items kept
 
     def renumber(self, problem: str) -> str:
-        """`nodes[3].gpu: ...` about the 4th node kept -> the position of that node in the config."""
+        """`nodes[3].gpu: ...` about the 4th node kept -> the position of that node in the config, wherever the
+        problem names one (a collision names two items)."""
         for path, positions in self.kept.items():
-            match = re.match(rf"{re.escape(path)}\[(\d+)\]", problem)
-            if match:
-                return f"{path}[{positions[int(match[1])]}]{problem[match.end() :]}"
+            problem = re.sub(
+                rf"(?<![\w.]){re.escape(path)}\[(\d+)\]",
+                lambda m, path=path, positions=positions: f"{path}[{positions[int(m[1])]}]",
+                problem,
+            )
         return problem
 
 

@@ -10,7 +10,7 @@ runs the models and the rules together.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import ClassVar, Optional
 
 import pulumi
 from pydantic import Field
@@ -18,6 +18,7 @@ from pydantic import Field
 from settings.acceptance import AcceptanceSettings
 from settings.charts import Charts
 from settings.cluster import ClusterSettings, SshSettings
+from settings.declare import destroys_on_decrease
 from settings.gpu import GpuSettings
 from settings.monitoring import MonitoringSettings
 from settings.network import NetworkSettings
@@ -72,6 +73,14 @@ class Settings(Model):
     """Every Helm chart at a pinned version, each repository overridable for a mirror."""
     acceptance: AcceptanceSettings
     """The acceptance checks every `up` ends with, and the drift probe."""
+
+    CHANGES: ClassVar = {
+        "nodes": destroys_on_decrease(
+            "a node taken off the list is cordoned, drained and deleted and RKE2 is uninstalled from it (its etcd "
+            "member too, for a server); its tier-1 local volumes are lost",
+            by="hosts",
+        ),
+    }
 
     @property
     def servers(self) -> list[NodeSettings]:

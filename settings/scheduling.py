@@ -8,11 +8,12 @@ present (`gpu_flavor_name`), so teams name flavors here by those names.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, Optional
+from typing import Annotated, ClassVar, Literal, Optional
 
 from pydantic import AfterValidator, Field
 
-from settings.types import Model, Name
+from settings.declare import Claim, destroys_on_decrease, none, replaces, rerender, restarts
+from settings.types import Model, Name, Namespace
 
 CPU_FLAVOR = "cpu"
 
@@ -57,6 +58,12 @@ class ResourceLimit(Model):
     memory: Optional[Quantity] = None
     """memory quantity, e.g. `512Gi`"""
 
+    CHANGES: ClassVar = {
+        "gpus": rerender("the ClusterQueue's limit"),
+        "cpu": rerender("the ClusterQueue's limit"),
+        "memory": rerender("the ClusterQueue's limit"),
+    }
+
 
 class FlavorQuota(Model):
     """A team's nominal quota on one flavor: what it is guaranteed there."""
@@ -72,13 +79,21 @@ class FlavorQuota(Model):
     lending_limit: Optional[ResourceLimit] = None
     """at most this much of the nominal quota is lent to the cohort (unset: all of it; needs `scheduling.cohort`)"""
 
+    CHANGES: ClassVar = {
+        "gpus": destroys_on_decrease("admitted workloads above the new quota may be preempted (Kueue)"),
+        "cpu": destroys_on_decrease("admitted workloads above the new quota may be preempted (Kueue)"),
+        "memory": destroys_on_decrease("admitted workloads above the new quota may be preempted (Kueue)"),
+        "borrowing_limit": rerender("the ClusterQueue's borrowing limit"),
+        "lending_limit": rerender("the ClusterQueue's lending limit"),
+    }
+
 
 class Team(Model):
     """One team: its namespaces, queue, quota per flavor and the groups that may use it."""
 
     name: Name
     """team name: ClusterQueue name and default namespace"""
-    namespaces: list[Name] = []
+    namespaces: list[Namespace] = []
     """the team's namespaces (default: one named like the team)"""
     groups: list[str] = []
     """identity-provider groups bound to the team's role in its namespaces"""
@@ -94,6 +109,28 @@ class Team(Model):
     rdma: bool = False
     """the team runs RDMA pods: `baseline` (they request the RDMA device plugin's resource and pin memory under the
     hosts' unlimited memlock limit, without IPC_LOCK)"""
+
+    CHANGES: ClassVar = {
+        "name": replaces(
+            "the team's ClusterQueue and queues (a new team); without namespaces, a new namespace of the new name: the "
+            "old one is kept with its objects (retainOnDelete), the workloads do not move",
+            by="releases",
+        ),
+        "namespaces": destroys_on_decrease(
+            "a namespace taken off the list leaves the team (role bindings, queue); the namespace itself is kept with "
+            "its objects (retainOnDelete)"
+        ),
+        "groups": rerender("the team's RoleBindings"),
+        "quotas": destroys_on_decrease("a flavor taken off: workloads admitted on it may be evicted"),
+        "fair_sharing_weight": rerender("the ClusterQueue's weight"),
+        "pod_security": rerender("the namespaces' Pod Security labels (running pods stay; new ones are judged)"),
+        "priority_classes": rerender("the team's admission policy"),
+        "rdma": rerender("the namespaces' Pod Security level"),
+    }
+
+    def extra_claims(self) -> list[tuple[Claim, str, str]]:
+        """Without `namespaces`, the team's namespace is its name."""
+        return [] if self.namespaces else [(Claim("namespace"), self.name, "name")]
 
     @property
     def namespace_names(self) -> list[str]:
@@ -114,6 +151,12 @@ class PriorityClass(Model):
     description: str = Field(default="", max_length=2048)
     """what the class is for"""
 
+    CHANGES: ClassVar = {
+        "name": replaces("the WorkloadPriorityClass (jobs naming the old one are refused)"),
+        "value": rerender("the WorkloadPriorityClass"),
+        "description": rerender("the WorkloadPriorityClass"),
+    }
+
 
 class WaitForPodsReady(Model):
     """Kueue evicts an admitted workload whose pods are not all ready in time (e.g. a gang that
@@ -127,6 +170,13 @@ class WaitForPodsReady(Model):
     """longest requeue delay"""
     backoff_limit_count: Optional[int] = Field(default=None, ge=0)
     """requeues before the workload is deactivated (unset: forever)"""
+
+    CHANGES: ClassVar = {
+        "timeout_seconds": restarts("the Kueue controller (its configuration)", "cluster"),
+        "backoff_base_seconds": restarts("the Kueue controller (its configuration)", "cluster"),
+        "backoff_max_seconds": restarts("the Kueue controller (its configuration)", "cluster"),
+        "backoff_limit_count": restarts("the Kueue controller (its configuration)", "cluster"),
+    }
 
 
 class TrainingOperators(Model):
@@ -143,18 +193,28 @@ class TrainingOperators(Model):
     trainer_runtime_image: str = "docker.io/pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
     """Default image of the `torch-distributed` ClusterTrainingRuntime (the Trainer 2.3.0 chart's
     `files/runtimes/torch-distributed.yaml`); a TrainJob sets its own in `spec.trainer.image`"""
-    jobset_namespace: Name = "jobset-system"
+    jobset_namespace: Namespace = "jobset-system"
     """Namespace of the JobSet controller."""
-    trainer_namespace: Name = "kubeflow-system"
+    trainer_namespace: Namespace = "kubeflow-system"
     """Namespace of the Trainer controller."""
-    kuberay_namespace: Name = "kuberay-system"
+    kuberay_namespace: Namespace = "kuberay-system"
     """Namespace of the KubeRay operator."""
+
+    CHANGES: ClassVar = {
+        "jobset": destroys_on_decrease("off: the JobSet release is uninstalled (see the CRDs it deletes in Danger)"),
+        "trainer": destroys_on_decrease("off: the Trainer release is uninstalled (its CRDs with it)"),
+        "kuberay": destroys_on_decrease("off: the KubeRay release is uninstalled"),
+        "trainer_runtime_image": rerender("the ClusterTrainingRuntime's default image"),
+        "jobset_namespace": replaces("the JobSet release in another namespace (uninstall, install)"),
+        "trainer_namespace": replaces("the Trainer release in another namespace (uninstall, install)"),
+        "kuberay_namespace": replaces("the KubeRay release in another namespace (uninstall, install)"),
+    }
 
 
 class SchedulingSettings(Model):
-    volcano_namespace: Name = "volcano-system"
+    volcano_namespace: Namespace = "volcano-system"
     """Namespace of Volcano."""
-    kueue_namespace: Name = "kueue-system"
+    kueue_namespace: Namespace = "kueue-system"
     """Namespace of Kueue."""
     cohort: Optional[Name] = "ml-platform"
     """the cohort every team's ClusterQueue joins (borrowing idle quota); null: no borrowing"""
@@ -168,3 +228,16 @@ class SchedulingSettings(Model):
     """optional operators for the distributed training job kinds"""
     teams: list[Team] = []
     """the teams sharing the cluster, one block each"""
+
+    CHANGES: ClassVar = {
+        "volcano_namespace": replaces("the Volcano release in another namespace (uninstall, install)"),
+        "kueue_namespace": replaces("the Kueue release in another namespace (uninstall, install)", by="releases"),
+        "cohort": rerender("every ClusterQueue's cohort (borrowing)"),
+        "allow_overcommit": none("a guard the settings rules read"),
+        "priority_classes": destroys_on_decrease("a class taken off is deleted; jobs naming it are refused"),
+        "teams": destroys_on_decrease(
+            "a team taken off: its ClusterQueue, LocalQueues, quotas, role bindings and CI account are deleted; its "
+            "namespaces are kept with everything in them (retainOnDelete)",
+            by="releases",
+        ),
+    }

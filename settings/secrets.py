@@ -10,7 +10,9 @@ any other settings model whose name says it holds one.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
+from settings.declare import none, rerender, restarts
 from settings.types import SECRET, Model, Secret
 
 
@@ -28,6 +30,17 @@ class StackSecrets(Model):
     """the Slack bot token (xoxb-...) of the Zabbix Slack media type; needed with a slack channel"""
     zabbix_mattermost_bot_token: Secret = None
     """the Mattermost bot access token; needed with a mattermost channel"""
+
+    CHANGES: ClassVar = {
+        "ssh_private_key": none("how the program reaches the hosts"),
+        "rke2_token": restarts(
+            "rke2-server (the token in config.yaml); agents keep their agent token", "servers", "hosts"
+        ),
+        "zabbix_admin_password": rerender("the Zabbix Admin password"),
+        "zabbix_agent_psk": restarts("zabbix-agent2 and the server's PSK (agents reconnect)", "every node"),
+        "zabbix_slack_bot_token": rerender("the Slack media type"),
+        "zabbix_mattermost_bot_token": rerender("the Mattermost media type"),
+    }
 
 
 def secret_fields(model: type[Model]) -> dict[str, str]:

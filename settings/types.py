@@ -15,13 +15,38 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
-_UNPINNED = {"", "latest", "stable", "main", "master", "head", "edge", "nightly", "*"}
+from settings.declare import Claim
+
+_UNPINNED = {"", "latest", "stable", "main", "master", "head", "edge", "nightly", "trunk", "*"}
+
+
+def _moving(tag: str) -> bool:
+    """A tag with a moving part (`ubuntu-7.0-latest`, `3.21-stable`): it names another build tomorrow."""
+    return any(part in _UNPINNED - {""} for part in re.split(r"[-_.+:]", tag.strip().lower()))
 
 
 def _pinned(value: str) -> str:
-    """A pinned version: no `latest`, range or wildcard."""
-    if value.strip().lower() in _UNPINNED or any(c in value for c in "*^~<> ") or value.endswith(".x"):
+    """A pinned version: no `latest`, range or wildcard, and no moving tag such as `ubuntu-7.0-latest`."""
+    if value.strip().lower() in _UNPINNED or any(c in value for c in "*^~<>! |") or _moving(value):
         raise ValueError(f"{value!r} is not a pinned version; give an exact version such as '1.2.3'")
+    if re.search(r"(^|\.)[xX](\.|$)", value):
+        raise ValueError(f"{value!r} is a wildcard version; give an exact version such as '1.2.3'")
+    return value
+
+
+_SEMVER = re.compile(r"^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$")
+
+
+def _chart_version(value: str) -> str:
+    """An exact chart version, `MAJOR.MINOR.PATCH` (SemVer 2; a leading `v` as the chart publishes it)."""
+    _pinned(value)
+    if not _SEMVER.match(value):
+        # Helm reads the version as a constraint and, without an exact match, installs the newest release that
+        # satisfies it (helm/helm pkg/repo/v1/index.go, IndexFile.Get: "falling back to closest available version").
+        raise ValueError(
+            f"{value!r} is not an exact chart version: Helm reads it as a range and installs the newest release it "
+            "matches ('1.2' means any 1.2.x); give all three numbers, e.g. '1.2.3'"
+        )
     return value
 
 
@@ -219,7 +244,7 @@ def _image(value: str) -> str:
     name, colon, tag = repository.rpartition(":") if ":" in repository.rsplit("/", 1)[-1] else (repository, "", "")
     if not re.fullmatch(r"[a-z0-9]+([._/-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*", name or repository):
         raise ValueError(f"{value!r} is not an image reference, e.g. 'quay.io/ceph/ceph:v20.2.4'")
-    if not at and (not colon or tag.lower() in _UNPINNED):
+    if not at and (not colon or tag.lower() in _UNPINNED or _moving(tag)):
         raise ValueError(
             f"{value!r} is not pinned: give a version tag or a digest (e.g. 'docker.io/rclone/rclone:1.75.0'), "
             "never 'latest', so the same settings run the same software"
@@ -317,6 +342,11 @@ LabelValue = Annotated[
     ),
 ]
 Rke2Version = Annotated[str, AfterValidator(_rke2_version)]
+# Claim types: a field typed by one of these holds its claim without writing one (`settings.declare`).
+Namespace = Annotated[Name, Claim("namespace")]
+Bucket = Annotated[Name, Claim("bucket")]
+StorageClassName = Annotated[Name, Claim("storage-class")]
+ChartVersion = Annotated[str, AfterValidator(_chart_version)]
 
 
 class Model(BaseModel):

@@ -264,10 +264,11 @@ def _field_checks() -> dict[Any, list[str]]:
 
 def safety() -> str:
     """docs/safety.md: what the settings refuse and what the review's Danger section names, from the tables
-    the code runs (the field types, `settings.rules.RULES`, `stacks.diff.DANGER`, the protected resources)."""
+    the code runs (the field types, `settings.rules.RULES`, the fields' declarations, `stacks.diff.DANGER`, the
+    protected resources)."""
     from settings.config_file import FILE_CHECKS
     from settings.rules import RULES
-    from stacks import rollouts
+    from stacks import declarations_doc, rollouts
     from stacks.diff import DANGER
     from stacks.diff.protect import SAFE_STEPS
 
@@ -310,6 +311,7 @@ def safety() -> str:
         "|---|---|",
         *(f"| {rule.check.__module__.rsplit('.', 1)[-1]} | {cell(rule.checks)} |" for rule in RULES),
         "",
+        *declarations_doc.lines(),
         "## Danger: what the review names",
         "",
         "| area | change |",

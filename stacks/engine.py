@@ -68,6 +68,9 @@ class Plan:
     secret_config: dict[str, str] = field(default_factory=dict)
     # Stack outputs with secrets revealed (unknowns still marked): what a reader of the stack can decrypt.
     revealed_outputs: dict[str, Any] = field(default_factory=dict, repr=False)
+    # The stack file's plain `ml-platform:` config (secrets are never in it): the review compares two plans'
+    # settings field by field against what each field declares (stacks/diff/declared.py).
+    settings: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         doc = {
@@ -79,6 +82,8 @@ class Plan:
         }
         if self.secret_config:
             doc["secretConfig"] = self.secret_config
+        if self.settings:
+            doc["settings"] = self.settings
         return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
     def by_type(self, type_: str) -> list[dict[str, Any]]:
@@ -344,6 +349,7 @@ def run(
         options=monitor.options,
         reads=sorted(monitor.reads, key=lambda r: r["urn"]),
         revealed_outputs=revealed_outputs,
+        settings=plain_settings(config, secret_keys) if project == PROJECT else {},
     )
 
 
@@ -370,6 +376,20 @@ async def _resolve(output: pulumi.Output) -> Any:
     if not await output.is_known():
         return UNKNOWN
     return _clean(await output.future())
+
+
+def plain_settings(config: dict[str, str], secret_keys: list[str]) -> dict[str, Any]:
+    """The `ml-platform:` keys of a stack config that are not secrets, objects parsed from their JSON form."""
+    found: dict[str, Any] = {}
+    for full, value in config.items():
+        namespace, _, key = full.partition(":")
+        if namespace != NAMESPACE or full in secret_keys:
+            continue
+        try:
+            found[key] = json.loads(value)
+        except ValueError:
+            found[key] = value
+    return found
 
 
 def evaluate_stack(stack: str, config_file: Optional[Path] = None) -> Plan:

@@ -42,7 +42,7 @@ from settings import (
     settings_warnings,
 )
 from settings.backup_layout import BACKUP_NAMESPACE
-from settings.config_file import STACK_FILE_ENV, namespace_problems
+from settings.config_file import STACK_FILE_ENV, copy_problems, namespace_problems
 from stacks import outputs
 
 
@@ -57,7 +57,7 @@ def run() -> dict[str, Any]:
     """What `__main__.py` does: settings from the stack config, then the platform."""
     try:
         settings = load(read_config())
-        problems = secret_problems(settings) + namespace_problems(config_keys(), NAMESPACE)
+        problems = secret_problems(settings) + namespace_problems(config_keys(), NAMESPACE) + file_copy_problems()
         if problems:
             raise SettingsError(problems)
     except SettingsError as exc:
@@ -96,6 +96,14 @@ def secret_problems(settings: Settings) -> list[str]:
 def config_keys() -> list[str]:
     """Every config key the engine handed the program, of any namespace."""
     return sorted(set(pulumi.runtime.config.CONFIG.get()) | set(pulumi.runtime.config.get_config_env()))
+
+
+def file_copy_problems() -> list[str]:
+    """The CLI hands the program values with YAML aliases and merge keys already expanded: the stack file itself
+    shows which entries were copied (`config_file.copy_problems`)."""
+    name = os.environ.get(STACK_FILE_ENV)
+    path = Path(name) if name else None
+    return copy_problems(path.read_text(), path.name) if path is not None and path.is_file() else []
 
 
 def placed(exc: SettingsError) -> SettingsError:

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from stacks import render
+from stacks import crd_uninstall, render
 from stacks.placement import Node, nodes, runs_on
 
 # The pod template of these kinds restarts pods when it changes.
@@ -62,6 +62,8 @@ DANGER_TITLES = (
     "a CSI Driver's node plugin changed: rolled on the nodes it reaches",
     "a NicClusterPolicy component (DOCA-OFED driver, RDMA device plugin, Multus/IPoIB, nv-ipam) changed",
     "a StatefulSet's volumeClaimTemplates changed (Kubernetes refuses the update)",
+    "a release removed or replaced whose chart ships CRDs as templates: those CRDs and every object of their kinds, "
+    "cluster-wide, are deleted (the kinds named, with the program's own objects)",
 )
 PLACEHOLDERS = tuple(render.PLACEHOLDER.values())
 
@@ -304,18 +306,20 @@ class Report:
     releases: list[ReleaseRollout]
     problems: list[str]  # releases that could not be rendered, with why
     operators: list[str] = field(default_factory=list)  # operator-managed DaemonSets of the program's own CRs
+    uninstalls: list[str] = field(default_factory=list)  # releases removed whose CRDs are templates (crd_uninstall)
 
     @property
     def danger(self) -> list[str]:
-        return [d for r in self.releases for d in r.danger] + self.operators
+        return [d for r in self.releases for d in r.danger] + self.operators + self.uninstalls
 
     def text(self) -> str:
-        if not self.releases and not self.problems and not self.operators:
+        if not self.releases and not self.problems and not self.operators and not self.uninstalls:
             return ""
         lines = ["ROLLOUTS (Helm releases whose chart, version or values change, rendered by Helm and compared):"]
         for problem in self.problems:
             lines.append(f"  cannot compare: {problem}")
         lines += [f"  restarts: {line}" for line in self.operators]
+        lines += [f"  deletes: {line}" for line in self.uninstalls]
         for r in self.releases:
             lines += [f"  {line}" for line in r.lines()]
         return "\n".join(lines)
@@ -348,7 +352,8 @@ def compare(base: Any, head: Any) -> Report:
         changes = compare_objects(old_objects, new_objects, unstable)
         said, danger = restarts(new, changes, inventory)
         found.append(ReleaseRollout(new, before.version, changes, said, danger))
-    return Report(found, problems, nic_policy_rollouts(base, head, inventory))
+    removed, unrendered = crd_uninstall.uninstalls(base, head)
+    return Report(found, problems + unrendered, nic_policy_rollouts(base, head, inventory), removed)
 
 
 def nic_policy_rollouts(base: Any, head: Any, inventory: list[Node]) -> list[str]:

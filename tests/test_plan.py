@@ -44,7 +44,9 @@ def test_plan_json_is_deterministic(tmp_path):
     assert plan_cli.main(["prod", "--out", str(second)]) == 0
     assert first.read_bytes() == second.read_bytes()
     doc = json.loads(first.read_text())
-    assert set(doc) == {"project", "stack", "resources", "reads", "outputs"}
+    assert set(doc) == {"project", "stack", "resources", "reads", "outputs", "settings"}
+    # the plain settings the review compares field by field: no secret key among them
+    assert "cluster" in doc["settings"] and not set(doc["settings"]) & {"sshPrivateKey", "rke2Token"}
     urns = [r["urn"] for r in doc["resources"]]
     assert urns == sorted(urns)
     assert [r["urn"] for r in doc["reads"]] == sorted(r["urn"] for r in doc["reads"]) and doc["reads"]
@@ -145,7 +147,7 @@ def _node(config: dict, name: str) -> dict:
         (
             "cpu-09",
             lambda n: n.update({"address": "10.20.1.11"}),
-            "nodes[8] (cpu-09).address: '10.20.1.11' is used by more than one host",
+            "nodes[8] (cpu-09).address: ipv4 '10.20.1.11' is also claimed by nodes[0].address",
         ),
         (
             "cpu-01",
@@ -225,9 +227,8 @@ def test_every_settings_problem_at_once(tmp_path):
     assert "not-an-ip" in text[int(cpu04[1]) - 1]
     problems = [m[2] for m in placed] + lines[-1:]
     assert problems[:-1] == [
-        "nodes[0] (cpu-01).address: '10.20.1.11' is used by more than one host; addresses must be unique",
         "nodes[3] (cpu-04).address: 'not-an-ip' is not an IPv4 address; write four numbers 0-255, e.g. '10.20.1.7'",
-        "nodes[8] (cpu-09).address: '10.20.1.11' is used by more than one host; addresses must be unique",
+        "nodes[8] (cpu-09).address: ipv4 '10.20.1.11' is also claimed by nodes[0].address; addresses must be unique",
         "nodes[36] (gpu-02).infiniband: GPU node 'gpu-02' has no InfiniBand settings; add interface and address",
         "nodes[49] (gpu-15).adress: unknown key (did you mean 'address'?); valid keys here: address, controlPlane, "
         "gpu, hostKey, infiniband, labels, name, nvme, osdDevices, renamedFrom, role, topology",

@@ -56,8 +56,11 @@ def test_gpu_driver_bump_names_the_driver_replacement_on_every_gpu_node(prod_bas
     assert release.lines()[-2:] == ["  ~ ClusterPolicy cluster-policy", bump]
     # In the review: the plain diff said "1 to update" and no Danger; now the rollout is in its Danger section.
     text = rollouts.merge_text(diff.render_text(diff.compare(prod_base, head)), report)
-    danger = text.splitlines()[text.splitlines().index(rollouts.TEXT_DANGER) + 1]
-    assert danger == f"  ! {report.danger[0]}"
+    lines = text.splitlines()
+    danger = lines[lines.index(rollouts.TEXT_DANGER) + 1 :]
+    assert f"  ! {report.danger[0]}" in danger
+    # the settings field's own declaration is named there too (the plain diff has nothing else to say about it)
+    assert any(line.startswith('  ! settings gpu.driver.version: "') for line in danger)
     assert text.index("DANGER") < text.index("By component") < text.index("ROLLOUTS")
 
 

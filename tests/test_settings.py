@@ -51,8 +51,9 @@ def test_node_names_must_be_unique():
         raw["nodes"][5]["name"] = raw["nodes"][4]["name"]
 
     found = problems(mutate=mutate)
-    assert "names must be unique" in only(found, "nodes[5].name")
-    assert "names must be unique" in only(found, "nodes[4].name")
+    message = only(found, "nodes[5].name")
+    assert "names must be unique" in message and "also claimed by nodes[4].name" in message
+    assert not [p for p in found if p.startswith("nodes[4].name")]
 
 
 def test_addresses_must_be_unique_across_nodes_and_nas():
@@ -60,8 +61,8 @@ def test_addresses_must_be_unique_across_nodes_and_nas():
         raw["nas"]["hosts"][0]["address"] = raw["nodes"][30]["address"]
 
     found = problems(mutate=mutate)
-    assert "addresses must be unique" in only(found, "nodes[30].address")
-    assert "addresses must be unique" in only(found, "nas.hosts[0].address")
+    message = only(found, "nas.hosts[0].address")
+    assert "addresses must be unique" in message and "also claimed by nodes[30].address" in message
 
 
 def test_ipv4_addresses_are_checked():
@@ -127,7 +128,7 @@ def test_infiniband_addresses_are_unique():
         raw["nodes"][36]["infiniband"]["address"] = raw["nodes"][35]["infiniband"]["address"]
 
     found = problems(mutate=mutate)
-    assert "more than one node" in only(found, "nodes[36].infiniband.address")
+    assert "also claimed by nodes[35].infiniband.address" in only(found, "nodes[36].infiniband.address")
 
 
 def test_device_paths_are_absolute_dev_paths():
@@ -172,7 +173,7 @@ def test_pod_and_service_cidrs_must_not_overlap_or_hold_hosts():
 
     found = problems(mutate=mutate)
     assert any(p.startswith("network.serviceCidr") and "overlaps" in p for p in found)
-    assert any(p.startswith("network.clusterCidr") and "contains node 'cpu-01'" in p for p in found)
+    assert any("(ethernet) lies inside 10.0.0.0/8, the pod range of network.clusterCidr" in p for p in found)
 
 
 def test_prod_nodes_must_pin_host_keys():
@@ -257,7 +258,6 @@ def test_item_names_follow_positions_and_problems_come_sorted_all_at_once():
     paths = [p.split(": ", 1)[0] for p in printed(mutate)]
     assert paths == [
         "cluster.rke2version",
-        "nodes[0] (cpu-01).address",
         "nodes[8] (cpu-09).address",
         "nodes[36] (gpu-02).infiniband",
         "nodes[49] (gpu-15).adress",
@@ -281,12 +281,11 @@ def test_type_errors_unknown_keys_and_cross_field_rules_in_one_run():
         raw["nodes"][node_index(raw, "gpu-02")].pop("infiniband")
 
     assert printed(mutate) == [
-        "nodes[0] (cpu-01).address: '10.20.1.11' is used by more than one host; addresses must be unique",
         "nodes[3] (cpu-04).address: 'not-an-ip' is not an IPv4 address; write four numbers 0-255, e.g. '10.20.1.7'",
         "nodes[3] (cpu-04).adress: unknown key (did you mean 'address'?); valid keys here: address, controlPlane, "
         "gpu, hostKey, infiniband, labels, name, nvme, osdDevices, renamedFrom, role, topology",
         # positions after the set-aside nodes[3] are the config's, not the shortened list's
-        "nodes[8] (cpu-09).address: '10.20.1.11' is used by more than one host; addresses must be unique",
+        "nodes[8] (cpu-09).address: ipv4 '10.20.1.11' is also claimed by nodes[0].address; addresses must be unique",
         "nodes[36] (gpu-02).infiniband: GPU node 'gpu-02' has no InfiniBand settings; add interface and address",
         "nodes[49] (gpu-15).gpu.count: input should be a valid integer, got str '8'; write a whole number, "
         "without quotes",

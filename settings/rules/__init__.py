@@ -2,8 +2,9 @@
 
 `hosts` (names, addresses, host keys, control plane, renames, hardware), `cluster` (the RKE2 release, its
 upgrade path, the charts' Kubernetes range), `network`, `ceph` (tier 2), `minio` (tier 3 and backups),
-`scheduling` (teams, namespaces, quotas), `monitoring` (Zabbix). `base` says what a rule is. The rules read
-`settings.root.Settings`; root never imports them (`settings.load` runs them).
+`scheduling` (teams, namespaces, quotas), `monitoring` (Zabbix), `claims` (every declared claim: collisions, ranges,
+reserved values), `semantics` (schedules, versions and thresholds against what they feed). `base` says what a rule
+is. The rules read `settings.root.Settings`; root never imports them (`settings.load` runs them).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Set
 from typing import TYPE_CHECKING
 
-from settings.rules import ceph, cluster, hosts, minio, monitoring, network, scheduling
+from settings.rules import ceph, claims, cluster, hosts, minio, monitoring, network, scheduling, semantics
 from settings.rules.base import EVERY_AREA, Rule
 from settings.rules.cluster import rke2_release
 from settings.rules.scheduling import flavor_capacity, platform_namespaces
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 # Every rule group, by area, with the areas it reads and those it judges as a whole (see `Rule`).
 RULES: tuple[Rule, ...] = (
+    *claims.RULES,
     *hosts.RULES,
     *cluster.RULES,
     *network.RULES,
@@ -28,6 +30,7 @@ RULES: tuple[Rule, ...] = (
     *minio.RULES,
     *scheduling.RULES,
     *monitoring.RULES,
+    *semantics.RULES,
 )
 
 __all__ = [

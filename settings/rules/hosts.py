@@ -1,4 +1,5 @@
-"""Rules about the hosts: unique names and addresses, pinned keys, the control plane, renames, hardware, topology."""
+"""Rules about the hosts: pinned keys, the control plane, renames, hardware, topology (names, addresses and
+devices are claims: `settings.rules.claims`)."""
 
 from __future__ import annotations
 
@@ -10,21 +11,6 @@ from settings.types import is_kernel_name, kernel_name_problem, kernel_name_warn
 
 if TYPE_CHECKING:
     from settings.root import Settings
-
-
-def _unique_problems(s: Settings, add) -> None:
-    names = Counter(n.name for n in s.nodes) + Counter(h.name for h in s.nas.hosts)
-    addresses = Counter(n.address for n in s.nodes) + Counter(h.address for h in s.nas.hosts)
-    for i, node in enumerate(s.nodes):
-        if names[node.name] > 1:
-            add(f"nodes[{i}].name: {node.name!r} is used by more than one host; names must be unique")
-        if addresses[node.address] > 1:
-            add(f"nodes[{i}].address: {node.address!r} is used by more than one host; addresses must be unique")
-    for i, host in enumerate(s.nas.hosts):
-        if names[host.name] > 1:
-            add(f"nas.hosts[{i}].name: {host.name!r} is used by more than one host; names must be unique")
-        if addresses[host.address] > 1:
-            add(f"nas.hosts[{i}].address: {host.address!r} is used by more than one host; addresses must be unique")
 
 
 def _host_key_problems(s: Settings, add) -> None:
@@ -95,7 +81,6 @@ def _rename_problems(s: Settings, add) -> None:
 
 
 def _node_hardware_problems(s: Settings, add) -> None:
-    ib_addresses = Counter(n.infiniband.address for n in s.nodes if n.infiniband)
     for i, node in enumerate(s.nodes):
         if node.role == "gpu":
             if node.infiniband is None:
@@ -120,19 +105,6 @@ def _node_hardware_problems(s: Settings, add) -> None:
                     f"nodes[{i}].nvme: {node.name!r} is a CPU node; tier-1 NVMe volumes live on GPU nodes only, "
                     "remove them (use osdDevices for Ceph disks)"
                 )
-        if node.infiniband and ib_addresses[node.infiniband.address] > 1:
-            add(
-                f"nodes[{i}].infiniband.address: {node.infiniband.address!r} is used by more than one node; "
-                "must be unique"
-            )
-        for field, devices in (
-            ("nvme", [d.device for d in node.nvme]),
-            ("osdDevices", [d.device for d in node.osd_devices]),
-        ):
-            seen = Counter(devices)
-            for j, device in enumerate(devices):
-                if seen[device] > 1:
-                    add(f"nodes[{i}].{field}[{j}].device: {device!r} is listed twice on {node.name!r}; list it once")
         for j, dev in enumerate(node.nvme):
             if dev.format and is_kernel_name(dev.device):
                 add(kernel_name_problem(f"nodes[{i}].nvme[{j}].device", dev.device, "format: true"))
@@ -212,7 +184,6 @@ def _label_problems(s: Settings, add) -> None:
 
 
 RULES = (
-    rule(_unique_problems, "unique names and addresses", "nodes nas"),
     rule(_server_count_problems, "the control-plane count and cluster.initServer", "nodes cluster", "nodes"),
     rule(_control_plane_problems, "control-plane roles and the virtual IP", "nodes cluster"),
     rule(_rename_problems, "node renames", "nodes"),

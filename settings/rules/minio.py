@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from pydantic.alias_generators import to_camel
-
 from settings.backup_layout import layout_problems
 from settings.erasure import ErasureLayout, default_parity, default_set_size, host_range, set_size_problem
 from settings.rules.base import rule
@@ -32,11 +30,8 @@ def _nas_problems(s: Settings, add) -> None:
             "set storage.minio.artifact.url and storage.minio.artifact.sha256 (the file's `sha256sum`)"
         )
     for i, host in enumerate(s.nas.hosts):
-        seen = Counter(d.device for d in host.drives)
         for j, drive in enumerate(host.drives):
             path = f"nas.hosts[{i}].drives[{j}]"
-            if seen[drive.device] > 1:
-                add(f"{path}.device: {drive.device!r} is listed twice on {host.name!r}; list it once")
             if drive.force and not drive.format:
                 add(f"{path}.force: force only applies with format: true; set format: true or drop force")
             if drive.format and is_kernel_name(drive.device):
@@ -132,23 +127,6 @@ def _object_lock_problems(s: Settings, add) -> None:
         )
 
 
-def _bucket_problems(s: Settings, add) -> None:
-    """One bucket, one purpose: each purpose has its own retention, locking and identities; sharing a bucket
-    would let the backup identities read or expire what another purpose keeps (etcd snapshots hold every
-    Secret of the cluster)."""
-    minio = s.storage.minio
-    buckets = {name: getattr(minio, name) for name in type(minio).model_fields if name.endswith("bucket")}
-    seen: dict[str, str] = {}
-    for field, bucket in buckets.items():
-        camel = to_camel(field)
-        if bucket in seen:
-            add(
-                f"storage.minio.{camel}: bucket {bucket!r} is also storage.minio.{seen[bucket]}; a bucket serves "
-                "one purpose (its own retention, locking and access): give each its own name"
-            )
-        seen.setdefault(bucket, camel)
-
-
 def _backup_namespace_problems(s: Settings, add) -> None:
     created = team_namespaces(s)
     for i, source in enumerate(s.storage.minio.backup.sources):
@@ -164,6 +142,5 @@ RULES = (
     rule(_backup_source_problems, "each backup source", "storage nodes"),
     rule(_backup_layout_problems, "the names each backup source owns", "storage", "storage"),
     rule(_object_lock_problems, "object locking against the version retention", "storage"),
-    rule(_bucket_problems, "one bucket per purpose", "storage"),
     rule(_backup_namespace_problems, "the backup sources' namespaces", "storage scheduling", "scheduling"),
 )

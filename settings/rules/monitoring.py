@@ -28,8 +28,6 @@ def _monitoring_problems(s: Settings, add) -> None:
             "monitoring.web: give exactly one of nodePort (http://<cluster.apiEndpoint>:<nodePort>) and "
             "ingressHost (https://<ingressHost>); set the other to null"
         )
-    if web.node_port is not None and web.node_port == mon.server_node_port:
-        add(f"monitoring.serverNodePort: {mon.server_node_port} is also monitoring.web.nodePort; use two ports")
     groups = HOST_GROUPS
     names = Counter(c.name for c in mon.alerting.channels)
     for i, channel in enumerate(mon.alerting.channels):

@@ -14,31 +14,12 @@ if TYPE_CHECKING:
 
 
 def _network_problems(s: Settings, add) -> None:
-    cluster = ipaddress.IPv4Network(s.network.cluster_cidr)
-    service = ipaddress.IPv4Network(s.network.service_cidr)
-    if cluster.overlaps(service):
-        add(f"network.serviceCidr: {service} overlaps network.clusterCidr {cluster}; choose disjoint ranges")
-    for field, net in (("clusterCidr", cluster), ("serviceCidr", service)):
-        inside = [n for n in s.nodes if ipaddress.IPv4Address(n.address) in net]
-        if inside:
-            add(
-                f"network.{field}: {net} contains node {inside[0].name!r}'s address {inside[0].address} "
-                f"({len(inside)} node(s) in all); choose a range the hosts do not use"
-            )
     ib = s.network.infiniband
     if ib.mode == "datagram" and ib.mtu > 4092:
         add(
             f"network.infiniband.mtu: {ib.mtu} is above 4092, the largest IPoIB MTU in datagram mode; "
             "lower it (2044 for a 2K IB MTU, 4092 for 4K) or set network.infiniband.mode: connected"
         )
-    if ib.ipoib_network.enabled:
-        net = ipaddress.IPv4Network(ib.ipoib_network.range)
-        for node in s.nodes:
-            if node.infiniband and ipaddress.IPv4Address(node.infiniband.address) in net:
-                add(
-                    f"network.infiniband.ipoibNetwork.range: {net} contains the host IB address of {node.name!r} "
-                    f"({node.infiniband.address}); pods would get addresses the hosts use"
-                )
 
 
 def _network_capacity_problems(s: Settings, add) -> None:

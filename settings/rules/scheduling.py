@@ -78,18 +78,10 @@ def _team_problems(s: Settings, add) -> None:
         if classes[pc.name] > 1:
             add(f"scheduling.priorityClasses[{i}].name: {pc.name!r} is defined more than once; define it once")
     team_names = Counter(t.name for t in sched.teams)
-    namespaces = Counter(ns for t in sched.teams for ns in t.namespace_names)
-    reserved = platform_namespaces(s)
     for i, team in enumerate(sched.teams):
         at = f"scheduling.teams[{i}]"
         if team_names[team.name] > 1:
             add(f"{at}.name: team {team.name!r} is defined more than once; merge the blocks or rename one")
-        for j, ns in enumerate(team.namespace_names):
-            field = f"{at}.namespaces[{j}]" if team.namespaces else f"{at}.name"
-            if namespaces[ns] > 1:
-                add(f"{field}: namespace {ns!r} belongs to more than one team; give each team its own namespaces")
-            if ns in reserved:
-                add(f"{field}: namespace {ns!r} is a platform namespace; give the team another namespace")
         for flavor, quota in team.quotas.items():
             _lending_problems(f"{at}.quotas.{flavor}", quota, add)
             for limit in ("borrowing_limit", "lending_limit"):

@@ -14,14 +14,15 @@ replaced or deleted is an error, worded as Pulumi words it, with the runbook ste
 safely.
 
 One module per concern: `core` (the model, values, replace rules), `protect` (refusals of protected
-resources), the danger of each area (`hosts`, `minio`, `releases`, `upgrades`), `render` (text, Markdown).
+resources), `declared` (what each changed settings field declares, the etcd quorum, the cluster's identity),
+the danger of each area (`hosts`, `minio`, `releases`, `upgrades`), `render` (text, Markdown).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from stacks.diff import hosts, minio, releases, upgrades
+from stacks.diff import declared, hosts, membership, minio, releases, upgrades
 from stacks.diff.core import (
     ABSENT,
     REPLACE_ON,
@@ -45,7 +46,14 @@ from stacks.diff.protect import refusal
 from stacks.diff.render import by_component, by_host, entry_lines, headline, output_lines, render_markdown, render_text
 
 # Every kind of destructive or disruptive change the review names, by area (docs/safety.md lists them).
-DANGER = (*hosts.CLASSES, *minio.CLASSES, *releases.CLASSES, *upgrades.CLASSES)
+DANGER = (
+    *hosts.CLASSES,
+    *minio.CLASSES,
+    *releases.CLASSES,
+    *upgrades.CLASSES,
+    *membership.CLASSES,
+    *declared.CLASSES,
+)
 
 __all__ = [
     "ABSENT",
@@ -92,7 +100,10 @@ def read_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def danger(sides: Sides) -> list[str]:
-    return [line for kind in DANGER for line in kind.find(sides)]
+    """Every class's lines; the settings-declared ones last, leaving out what a class above named in detail."""
+    found = {kind: kind.find(sides) for kind in DANGER if kind not in declared.CLASSES}
+    worded = frozenset(kind.find.__module__.rsplit(".", 1)[-1] for kind, lines in found.items() if lines)
+    return [line for lines in found.values() for line in lines] + declared.declared_danger(sides, worded)
 
 
 def compare(old: dict[str, Any], new: dict[str, Any]) -> Result:
@@ -104,6 +115,7 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> Result:
         entry = classify(before.get(urn), after.get(urn), owner)
         if entry is not None:
             entries.append(entry)
+    entries = membership.bound_replacements(entries, before, after)
     outputs = [
         Change(name, old["outputs"].get(name, ABSENT), new["outputs"].get(name, ABSENT))
         for name in sorted(old["outputs"].keys() | new["outputs"].keys())

@@ -58,6 +58,9 @@ REPLACE_ON: dict[str, tuple[str, ...]] = {
     # changes (a new Admin or API password is an in-place update).
     **{f"pulumi-python:dynamic/zabbix:{kind}": ("kind",) for kind in ZABBIX_KINDS},
     "pulumi-python:dynamic/zabbix:Bootstrap": ("url", "api_user"),
+    # pulumi_kubernetes/provider.py, `cluster_identifier`: "the provider will _only_ be replaced when
+    # `clusterIdentifier` changes; all other changes to provider configuration will be treated as updates".
+    "pulumi:providers:kubernetes": ("clusterIdentifier",),
 }
 
 # The program's own dynamic providers (components/minio/objects.py, their `diff`), by the input that names
