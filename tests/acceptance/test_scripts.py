@@ -84,9 +84,7 @@ def test_s3_round_trip_against_a_real_s3_server_timed_in_milliseconds(tmp_path):
         work.mkdir()
 
         def s3_check(node: str, bucket: str, size_mib: str) -> subprocess.CompletedProcess:
-            env = dict(
-                PREFIX="datasets", SIZE_MIB=size_mib, FLOOR_MIB_S="0.1", WORK=str(work), HOME=str(work), **s3.env
-            )
+            env = dict(PREFIX="datasets", SIZE_MIB=size_mib, FLOOR_MIB_S="0.1", WORK=str(work), **s3.env)
             tools = {"rclone": rclone_binary()}
             return run_check("s3.sh", tmp_path, tools=tools, CHECK="storage-s3", NODE=node, BUCKET=bucket, **env)
 
