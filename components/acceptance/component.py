@@ -346,5 +346,6 @@ def check_program(script: str) -> str:
     if script == "nccl.sh":
         helper = (CHECKS / "allreduce.py").read_text()
         assert "\nALLREDUCE_PY\n" not in helper
-        program += f'ALLREDUCE_PY=$(mktemp -d)/allreduce.py\ncat >"$ALLREDUCE_PY" <<\'ALLREDUCE_PY\'\n{helper}ALLREDUCE_PY\n'
+        program += "ALLREDUCE_PY=$(mktemp -d)/allreduce.py\n"
+        program += f"cat >\"$ALLREDUCE_PY\" <<'ALLREDUCE_PY'\n{helper}ALLREDUCE_PY\n"
     return program + text
