@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from components.acceptance.component import SCRIPTS, check_program
+from components.acceptance.component import CHECKS, SCRIPTS, check_program
 from tests.acceptance.busybox import result_line, run_check
 from tests.hosts.test_scripts import _shellcheck
 from tests.minio.s3server import rclone_binary, serve_s3
@@ -252,3 +252,16 @@ def test_gang_check_reports_the_queue_and_the_scheduler(tmp_path):
     proc = run_check("gang.sh", tmp_path, **env)
     detail = result_line(proc)["detail"]
     assert proc.returncode == 0 and "LocalQueue acceptance, placed by volcano as PodGroup acceptance-gang" in detail
+
+
+def test_the_nccl_program_carries_allreduce_py_to_torchrun(tmp_path):
+    # The Job's program writes allreduce.py before nccl.sh runs torchrun on it: what torchrun gets is the file.
+    copy = tmp_path / "given.py"
+    torchrun = (
+        f'for a in "$@"; do case $a in *allreduce.py) cp "$a" {copy} ;; esac; done\n'
+        f"cat <<'END'\n{nccl_output(HEALTHY)}\nEND\n"
+    )
+    env = dict(CHECK="nccl-nvlink", NODE="gpu-01", FLOOR_GBS="100", NPROC="8", EXPECT_TRANSPORT="")
+    proc = run_check("nccl.sh", tmp_path, {"torchrun": torchrun}, **env)
+    assert copy.read_text() == (CHECKS / "allreduce.py").read_text()
+    assert proc.returncode == 1 and "below the floor of 100 GB/s" in proc.stderr
