@@ -65,6 +65,7 @@ def gpu_node_check(checks: AcceptanceChecks, node: NodeSettings) -> None:
             {"name": "EXPECTED_GPUS", "value": str(node.gpu.count)},
             {"name": "EXPECTED_DRIVER", "value": checks.args.driver_version or ""},
             {"name": "RDMA", "value": "true" if rdma else "false"},
+            {"name": "WAIT", "value": str(max(0, settings.gpu_nodes.timeout_seconds - 60))},
         ],
         "resources": {"requests": RESOURCES["gpu-node"]["requests"], "limits": limits},
         "volumeMounts": [{"name": "validations", "mountPath": "/run/nvidia/validations", "readOnly": True}],

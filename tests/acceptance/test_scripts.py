@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
 
 import pytest
 
@@ -149,11 +150,24 @@ def test_gpu_node_check_fails_naming_the_node_and_the_cause(tmp_path, env, messa
     assert proc.returncode == 1 and f"acceptance check gpu-gpu-07 failed on gpu-07: {message}" in proc.stderr
 
 
+def test_gpu_node_check_waits_for_the_validations_of_a_restarted_operator(tmp_path):
+    # The validator writes plugin-ready again a moment after the check started (a driver upgrade's end).
+    folder = tmp_path / "validations"
+    timer = threading.Timer(1.5, lambda: (folder / "plugin-ready").touch())
+    timer.start()
+    try:
+        proc = gpu_check(tmp_path, ready=("driver", "toolkit", "cuda"), WAIT="30", RETRY_EVERY="1")
+    finally:
+        timer.cancel()
+    assert proc.returncode == 0 and result_line(proc)["status"] == "passed", proc.stderr
+
+
 def test_gpu_node_check_bounds_a_hung_nvidia_smi_and_reads_the_validations(tmp_path):
     hung = gpu_check(tmp_path, smi="exec sleep 30\n", SMI_TIMEOUT="1")
     assert hung.returncode == 1 and "nvidia-smi failed or hung (more than 1s)" in hung.stderr
     unvalidated = gpu_check(tmp_path / "other", ready=("driver", "toolkit", "cuda"))
-    assert unvalidated.returncode == 1 and "GPU Operator validations not passed: plugin" in unvalidated.stderr
+    assert unvalidated.returncode == 1
+    assert "GPU Operator validations not passed: plugin (no *-ready file in" in unvalidated.stderr
     host_driver = gpu_check(tmp_path / "host", EXPECTED_DRIVER="", STUB_DRIVER="550.1")  # drivers on the host
     assert host_driver.returncode == 0 and "driver" not in result_line(host_driver)["detail"]
 

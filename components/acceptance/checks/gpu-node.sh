@@ -6,15 +6,24 @@
 # EXPECTED_DRIVER (`gpu.driver.version`; empty: drivers preinstalled on the host, not compared), and an
 # RDMA device is there when RDMA=true. nvidia-smi is bounded by SMI_TIMEOUT seconds (a hung GPU hangs it).
 # Parameters: EXPECTED_GPUS EXPECTED_DRIVER RDMA VALIDATIONS (the host directory, mounted read-only) SMI_TIMEOUT
+#   WAIT RETRY_EVERY
 set -eu
 : "${EXPECTED_GPUS:?}" "${EXPECTED_DRIVER:=}" "${RDMA:=false}" "${VALIDATIONS:=/run/nvidia/validations}"
-: "${DEV_INFINIBAND:=/dev/infiniband}" "${SMI_TIMEOUT:=60}"
+: "${DEV_INFINIBAND:=/dev/infiniband}" "${SMI_TIMEOUT:=60}" "${WAIT:=0}" "${RETRY_EVERY:=10}"
 
-missing=""
-for component in driver toolkit cuda plugin; do
-  [ -e "$VALIDATIONS/$component-ready" ] || missing="$missing $component"
+# The validator removes and writes these again when its operands restart (a driver upgrade): wait for them
+# up to WAIT seconds (a minute less than the Job's deadline, so the check still ends with its result).
+started=$(date +%s)
+while :; do
+  missing=""
+  for component in driver toolkit cuda plugin; do
+    [ -e "$VALIDATIONS/$component-ready" ] || missing="$missing $component"
+  done
+  [ -n "$missing" ] || break
+  [ $(($(date +%s) - started)) -lt "$WAIT" ] ||
+    finish failed "" "" "" "GPU Operator validations not passed:$missing (no *-ready file in $VALIDATIONS after ${WAIT}s)"
+  sleep "$RETRY_EVERY"
 done
-[ -z "$missing" ] || finish failed "" "" "" "GPU Operator validations not passed:$missing (no *-ready file in $VALIDATIONS)"
 
 if ! drivers=$(timeout "$SMI_TIMEOUT" nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1); then
   finish failed "" "$EXPECTED_GPUS" GPUs "nvidia-smi failed or hung (more than ${SMI_TIMEOUT}s): $drivers"
