@@ -40,15 +40,9 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.acceptance.checks import (
-    CHECK_LABEL,
-    gang_check,
-    gpu_node_check,
-    nccl_check,
-    storage_check,
-    zabbix_check,
-)
+from components.acceptance.checks import gang_check, storage_check, zabbix_check
 from components.acceptance.drift import probe_environment
+from components.acceptance.gpu_checks import CHECK_LABEL, gpu_node_check, nccl_check
 from components.hosts.remote import fingerprint
 from components.namespaces import platform_namespace
 from settings import NodeSettings, Settings

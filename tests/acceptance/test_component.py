@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from components.acceptance.checks import GANG_PODS, RESOURCES, VOLCANO_GROUP_ANNOTATION, ib_pairs
+from components.acceptance.checks import GANG_PODS, VOLCANO_GROUP_ANNOTATION
 from components.acceptance.component import REPLACE_UNREADY, check_program
+from components.acceptance.gpu_checks import GPU_RESOURCES, ib_pairs
 from components.scheduling.config import MANAGED_LABEL
 from settings import load
 from settings.scheduling import quantity_value
@@ -165,7 +166,7 @@ def test_gpu_node_check_requests_the_inventory_gpus_and_rdma_and_knows_the_drive
     pod = pod_spec(job)
     assert pod["nodeSelector"] == {"kubernetes.io/hostname": "gpu-01"}
     limits = pod["containers"][0]["resources"]["limits"]
-    assert limits == {**RESOURCES["gpu-node"]["limits"], "nvidia.com/gpu": "8", "rdma/ib": "1"}
+    assert limits == {**GPU_RESOURCES["gpu-node"]["limits"], "nvidia.com/gpu": "8", "rdma/ib": "1"}
     assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"} in pod["tolerations"]
     assert env_of(job)["EXPECTED_DRIVER"] == load(stack_doc("prod")).gpu.driver.version
 

@@ -279,9 +279,16 @@ def test_adding_or_removing_a_node_touches_only_its_own_resources(prod_plan, edi
     own = ["labels-taints", "membership", "prepare", "rke2", "rke2-certificate-dates", "zabbix-host"]
     if gpu:  # its InfiniBand and NVMe steps, and its own acceptance check
         own += ["infiniband", "nvme", "acceptance-gpu"]
-    assert sorted(u.rsplit("::", 1)[1] for u in result[side]) == sorted(f"{node}-{suffix}" for suffix in own)
+    # A new InfiniBand GPU node is paired for the NCCL check: with 15 before, the odd one out (gpu-15, paired
+    # with gpu-01) now pairs with it.
+    pairs = (
+        {"added": ["acceptance-nccl-ib-gpu-15-gpu-16"], "removed": ["acceptance-nccl-ib-gpu-15-gpu-01"]} if gpu else {}
+    )
+    repaired = {key: [*names, *(f"{n}-rendezvous" for n in names)] for key, names in pairs.items()}
+    own_names = [f"{node}-{suffix}" for suffix in own] + repaired.get(side, [])
+    assert sorted(u.rsplit("::", 1)[1] for u in result[side]) == sorted(own_names)
     other = "removed" if side == "added" else "added"
-    assert result[other] == []
+    assert sorted(u.rsplit("::", 1)[1] for u in result[other]) == sorted(repaired.get(other, []))
     # Beyond the node's own resources, only the monitoring check runs again: it proves every host in
     # the inventory (the new one included, the removed one no longer) reports to Zabbix.
     assert {u.rsplit("::", 1)[1]: paths for u, paths in result["changed"].items()} == {
