@@ -6,6 +6,7 @@ alone goes through Kueue, in a ClusterQueue of its own (below)."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING
 
 import pulumi
@@ -155,7 +156,10 @@ def gang_check(checks: AcceptanceChecks) -> None:
     queue; Volcano binds none of them until it can bind all.
     """
     settings = checks.args.acceptance
-    name = "acceptance-gang"
+    # A PodGroup per run (its name from the run's hash), replaced with the Job: a run never reuses the
+    # PodGroup a finished run left in a terminal phase.
+    run = f"{checks.args.exercised['scheduling']}-{settings.run}"
+    name = f"acceptance-gang-{hashlib.sha256(run.encode()).hexdigest()[:10]}"
     requests = RESOURCES["gang"]["requests"]
     opts = pulumi.ResourceOptions(parent=checks, provider=checks.args.provider)
     cluster_queue = k8s.apiextensions.CustomResource(

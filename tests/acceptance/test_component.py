@@ -242,6 +242,12 @@ def test_unchanged_settings_rerun_nothing_and_a_change_reruns_the_checks(prod_pl
     after = jobs(rerun)["acceptance-monitoring"]["inputs"]["spec"]["template"]["metadata"]["annotations"]
     assert before != after
     assert rerun.outputs["acceptance"]["monitoring"]["run"] == "1"
+    # The gang's PodGroup is one per run: a new run never lands in the PodGroup a finished run left behind.
+    groups = [
+        jobs(plan)["acceptance-gang"]["inputs"]["spec"]["template"]["metadata"]["annotations"][VOLCANO_GROUP_ANNOTATION]
+        for plan in (prod_plan, again, rerun)
+    ]
+    assert groups[0] == groups[1] != groups[2]
 
 
 def test_the_monitoring_check_trusts_the_zabbix_ca_and_keeps_the_token_in_a_secret(prod_plan):
