@@ -47,7 +47,7 @@ def test_storage_reports_o_direct_refused(tmp_path):
     # Blocks that are not a multiple of the logical block size: the kernel refuses the O_DIRECT write with
     # EINVAL and BusyBox dd silently clears O_DIRECT and goes on (coreutils/dd.c, clear_O_DIRECT). The
     # check sees the flag gone, says the run was buffered, and fails: a page-cache read measures nothing.
-    proc = storage(tmp_path, BLOCK="1000000")
+    proc = storage(tmp_path, BLOCK="1000000", SIZE_MIB="512")  # long enough for the check to look at dd
     assert proc.returncode == 1, proc.stdout + proc.stderr
     result = result_line(proc)
     assert "(buffered I/O)" in result["detail"]

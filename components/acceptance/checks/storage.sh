@@ -43,7 +43,7 @@ run_dd() {
         mode=buffered
       fi
     fi
-    sleep 0.05 2>/dev/null || sleep 1
+    sleep 0.01 2>/dev/null || sleep 1
   done
   status=0
   wait "$pid" || status=$?
