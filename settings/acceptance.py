@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from settings.declare import replaces, rerender, restarts
 from settings.types import Image, Model, Namespace
@@ -20,6 +20,8 @@ from settings.types import Image, Model, Namespace
 # alpine: the tag of its runtime installer Job (same chart).
 GPU_IMAGE = "docker.io/pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
 TOOLS_IMAGE = "docker.io/library/alpine:3.21"
+# curl's own image (github.com/curl/curl-container, published as curlimages/curl): Alpine with curl and BusyBox.
+API_IMAGE = "docker.io/curlimages/curl:8.17.0"
 
 
 class Check(Model):
@@ -48,11 +50,24 @@ class NcclCheck(Check):
     """The single-node (NVLink) all-reduce passes at this bus bandwidth in GB/s."""
     message_size: str = Field(default="1G", pattern=r"^[0-9]+[KMG]$")
     """Largest message of the all-reduce sweep (nccl-tests -e)."""
+    plateau_from: str = Field(default="256M", pattern=r"^[0-9]+[KMG]$")
+    """The floor is compared with the mean bus bandwidth of the messages from this size up to `messageSize`: the
+    bandwidth-bound plateau, where nccl-tests' figures are read; smaller messages are latency-bound."""
+
+    @model_validator(mode="after")
+    def _plateau_within_sweep(self) -> NcclCheck:
+        if size_bytes(self.plateau_from) > size_bytes(self.message_size):
+            raise ValueError(
+                f"plateauFrom ({self.plateau_from}) is larger than messageSize ({self.message_size}): "
+                "the plateau must lie within the sweep; lower plateauFrom or raise messageSize"
+            )
+        return self
 
     CHANGES: ClassVar = {
         "ib_link_rate_gbps": rerender("the check's Job (it runs again)"),
         "ib_floor_fraction": rerender("the check's Job (it runs again)"),
         "nvlink_floor_gbs": rerender("the check's Job (it runs again)"),
+        "plateau_from": rerender("the check's Job (it runs again)"),
         "message_size": rerender("the check's Job (it runs again)"),
     }
 
@@ -60,6 +75,11 @@ class NcclCheck(Check):
     def ib_floor_gbs(self) -> float:
         """The two-node floor in GB/s, derived from the link rate."""
         return round(self.ib_link_rate_gbps / 8 * self.ib_floor_fraction, 1)
+
+
+def size_bytes(size: str) -> int:
+    """`256M` -> bytes (binary units, as the all-reduce sweep reads them)."""
+    return int(size[:-1]) << {"K": 10, "M": 20, "G": 30}[size[-1]]
 
 
 class StorageCheck(Check):
@@ -104,7 +124,9 @@ class AcceptanceSettings(Model):
     """Image of the GPU node and NCCL checks (sh, python3 with torch and its NCCL); pinned by tag, pulled through the
     containerd mirrors like every other image."""
     tools_image: Image = TOOLS_IMAGE
-    """Image of the storage, scheduling, monitoring checks and the drift probe."""
+    """Image of the storage and scheduling checks and the drift probe (BusyBox sh, dd, sha256sum)."""
+    api_image: Image = API_IMAGE
+    """Image of the monitoring check: it needs curl, which verifies the Zabbix certificate with the program's CA."""
     gpu_nodes: Check
     """Every GPU node: the GPU Operator's validations, all inventory GPUs and the RDMA resource allocatable."""
     nccl: NcclCheck
@@ -112,7 +134,8 @@ class AcceptanceSettings(Model):
     storage: StorageCheck
     """Write and read back on tier 1, RBD and CephFS; S3 round trip on MinIO."""
     scheduling: Check
-    """A small gang job through each team's LocalQueue."""
+    """A small gang Job admitted by Kueue (a platform queue of its own) and placed by Volcano (a PodGroup); its
+    `timeoutSeconds` must be shorter than `scheduling.waitForPodsReady.timeoutSeconds`."""
     monitoring: MonitoringCheck
     """Fresh data in Zabbix from every inventory host."""
     drift: DriftProbe
@@ -123,4 +146,5 @@ class AcceptanceSettings(Model):
         "run": rerender("every check's Job runs again"),
         "gpu_image": rerender("the GPU checks' Jobs (they run again)"),
         "tools_image": restarts("the drift probe DaemonSet's pods; the other checks run again", "every node"),
+        "api_image": rerender("the monitoring check's Job (it runs again)"),
     }

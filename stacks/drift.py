@@ -1,22 +1,31 @@
 """Host drift: which nodes differ from what the settings say, and in what.
 
-    python -m stacks.drift STACK [--config FILE] [--fingerprints FILE]
+    python -m stacks.drift STACK [--config FILE] [--fingerprints FILE] [--refresh]
 
 `pulumi refresh` cannot see a host changed by hand: a host step is a command, not a resource with a
-readable state. The drift probe (components/acceptance/component.py, a DaemonSet) prints each node's fingerprint
-every `acceptance.drift.intervalSeconds`: `FINGERPRINT {json}` with the RKE2 version, kernel, NVIDIA and
-Mellanox driver versions and the sha256 of each file the host steps write. This command reads the
-newest line of every probe pod (`kubectl logs`, KUBECONFIG) or the lines in FILE, and compares them:
+readable state. The drift probe (components/acceptance/drift.py, a DaemonSet) prints each node's fingerprint
+every `acceptance.drift.intervalSeconds`, and at once when sent SIGHUP (`--refresh` does that on every probe
+pod first): `FINGERPRINT {json}` with the RKE2 version, kernel, NVIDIA and Mellanox driver versions, the
+sha256 of each file the host steps write and of every file in the directories where a file changes how the
+host runs (sysctl.d, modules-load.d, RKE2's config.yaml.d, the RKE2 units' drop-ins), the live value of
+each sysctl the program sets, the modules it loads that are not loaded, the versions of the packages it
+installs, and the fstab. This command reads the newest line of every probe pod (`kubectl`, KUBECONFIG) or
+the lines in FILE, and compares them:
 
 - with the settings, where the settings decide the value: the RKE2 version (`cluster.rke2Version`), the
   NVIDIA driver on GPU nodes (`gpu.driver.version`), the RKE2 `config.yaml` the program renders for the
-  node, `registries.yaml` (present only with `cluster.registryMirrors`) and the kube-vip manifest;
-- with the other nodes, where the host decides: the kernel, the OFED version on InfiniBand nodes and
-  the files the preparation step writes, which must be the same on every node (the most common value
-  wins; a node that differs from it is listed).
+  node, `registries.yaml` (present only with `cluster.registryMirrors`), the kube-vip manifest, the memlock
+  drop-in on InfiniBand nodes and no other drop-in in RKE2's directories, every sysctl at the value of the
+  program's file, every module of its modules-load files loaded, no active swap entry in fstab;
+- with the node's peers (the nodes of its role, `gpu` or `cpu`; InfiniBand nodes among themselves for OFED
+  and the IPoIB file), where the host decides: the kernel, OFED, package versions, fstab (without device
+  names) and the other files, which must be the same on every peer (the most common value wins; a node that
+  differs from it is listed; a file only some peers have reads `absent` on the others).
 
-Exit status 1 when a node differs or has no fingerprint; each finding names the node, what differs,
-the expected and the found value. docs/acceptance.md says when to run it and how to bring a host back.
+A node that is NotReady, or whose probe's log cannot be read, is listed as not checked and the others are
+compared. Exit status 1 when a node drifted, 2 when none did but some could not be checked, 0 otherwise;
+each finding names the node, what differs, the expected and the found value. docs/acceptance.md says when
+to run it and how to bring a host back.
 """
 
 from __future__ import annotations
@@ -35,15 +44,19 @@ from typing import Optional
 import yaml
 
 from components.acceptance.component import PROBE_NAME
+from components.acceptance.drift import IPOIB_FILES, MEMLOCK_DROPIN, MODULE_FILES, OWNED_DIRS
 from components.cluster.config import kube_vip_manifest, registries_yaml, rke2_config
 from components.minio.tier import etcd_s3_server_config
-from settings import SECRET_KEYS, Settings, load
+from settings import SECRET_KEYS, NodeSettings, Settings, load
 from stacks.engine import ROOT
 
 MARK = "FINGERPRINT "
 CONFIG = "/etc/rancher/rke2/config.yaml"
 REGISTRIES = "/etc/rancher/rke2/registries.yaml"
 KUBE_VIP = "/var/lib/rancher/rke2/agent/pod-manifests/kube-vip.yaml"
+# What infiniband-host.sh writes (components/network/scripts): RKE2's containerd may pin memory for RDMA.
+MEMLOCK_CONTENT = "[Service]\nLimitMEMLOCK=infinity"
+NOT_CHECKED = "not checked"
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,8 @@ class Finding:
     found: str
 
     def __str__(self) -> str:
+        if self.what == NOT_CHECKED:
+            return f"{self.node}: {NOT_CHECKED}: {self.found}"
         return f"{self.node}: {self.what}: expected {self.expected or '(none)'}, found {self.found or '(none)'}"
 
 
@@ -74,6 +89,9 @@ def expected(settings: Settings) -> dict[str, dict[str, str]]:
             "rke2": cluster.rke2_version,
             f"file {CONFIG}": file_hash(yaml.safe_dump(config, sort_keys=True)),
             f"file {REGISTRIES}": file_hash(registries) if registries else "absent",
+            f"file {MEMLOCK_DROPIN}": file_hash(MEMLOCK_CONTENT) if node.infiniband is not None else "absent",
+            "modules_missing": "",
+            "swap_entries": "0",
         }
         if node.control_plane:
             manifest = kube_vip_manifest(cluster)
@@ -85,9 +103,39 @@ def expected(settings: Settings) -> dict[str, dict[str, str]]:
 
 
 def flatten(fingerprint: Mapping) -> dict[str, str]:
-    values = {k: str(v) for k, v in fingerprint.items() if k not in ("node", "files")}
-    values.update({f"file {path}": str(h) for path, h in fingerprint.get("files", {}).items()})
+    """One value per key: versions, `file PATH`, `package NAME`; an IPoIB file by presence (it holds the node's
+    own address)."""
+    values = {k: str(v) for k, v in fingerprint.items() if k not in ("node", "files", "sysctl", "packages")}
+    for path, digest in fingerprint.get("files", {}).items():
+        values[f"file {path}"] = ("present" if digest != "absent" else "absent") if path in IPOIB_FILES else str(digest)
+    values.update({f"package {name}": str(v) for name, v in fingerprint.get("packages", {}).items()})
     return values
+
+
+def peer_groups(settings: Settings) -> dict[str, list[NodeSettings]]:
+    """Nodes that must agree where the host decides: the nodes of each role."""
+    groups: dict[str, list[NodeSettings]] = {}
+    for node in settings.nodes:
+        groups.setdefault(node.role, []).append(node)
+    return groups
+
+
+def _owned_dir_findings(name: str, values: Mapping[str, str], wanted: Mapping[str, str]) -> list[Finding]:
+    """Files in RKE2's drop-in directories the program did not write: each changes how RKE2 runs."""
+    out = []
+    for key, digest in sorted(values.items()):
+        path = key.removeprefix("file ")
+        if key.startswith("file ") and path.rsplit("/", 1)[0] in OWNED_DIRS and key not in wanted:
+            out.append(Finding(name, f"{key} (a drop-in the program does not write)", "absent", digest))
+    return out
+
+
+def _sysctl_findings(name: str, fingerprint: Mapping) -> list[Finding]:
+    return [
+        Finding(name, f"sysctl {key} (live, set by hand?)", v.get("file", ""), v.get("live", ""))
+        for key, v in sorted(fingerprint.get("sysctl", {}).items())
+        if v.get("file") != v.get("live")
+    ]
 
 
 def compare(settings: Settings, fingerprints: Mapping[str, Mapping]) -> list[Finding]:
@@ -99,27 +147,31 @@ def compare(settings: Settings, fingerprints: Mapping[str, Mapping]) -> list[Fin
             findings.append(Finding(node.name, "fingerprint", "one from the drift probe", "none (probe not running?)"))
             continue
         for key, value in sorted(wanted[node.name].items()):
-            if found[node.name].get(key, "") != value:
+            if found[node.name].get(key, "absent" if key.startswith("file ") else "") != value:
                 findings.append(Finding(node.name, key, value, found[node.name].get(key, "")))
-    # What the host decides: the same on every node that has it (IB nodes for OFED).
-    peers = {
-        "kernel": [n.name for n in settings.nodes],
-        "ofed": [n.name for n in settings.nodes if n.infiniband is not None],
-    }
+        findings += _owned_dir_findings(node.name, found[node.name], wanted[node.name])
+        findings += _sysctl_findings(node.name, fingerprints[node.name])
+    # What the host decides: the same on every peer that has it (IB nodes among themselves for OFED, IPoIB).
     decided = {key for values in wanted.values() for key in values}
-    shared_files = {key for fp in found.values() for key in fp if key.startswith("file ") and key not in decided}
-    for key in sorted(shared_files):
-        peers[key] = [n.name for n in settings.nodes]
-    for key, names in sorted(peers.items()):
-        values = {name: found[name].get(key, "") for name in names if name in found}
-        if not values:
-            continue
-        common, _ = Counter(values.values()).most_common(1)[0]
-        findings += [
-            Finding(name, f"{key} (differs from the other nodes)", common, value)
-            for name, value in sorted(values.items())
-            if value != common
-        ]
+    for role, members in sorted(peer_groups(settings).items()):
+        names = [n.name for n in members if n.name in found]
+        ib_names = [n.name for n in members if n.infiniband is not None and n.name in found]
+        keys = {key for name in names for key in found[name]} - decided
+        for key in sorted(keys):
+            if key.startswith("file ") and key.removeprefix("file ").rsplit("/", 1)[0] in OWNED_DIRS:
+                continue  # judged above
+            infiniband_only = key == "ofed" or key.removeprefix("file ") in (*IPOIB_FILES, *MODULE_FILES[1:])
+            peers = ib_names if infiniband_only else names
+            default = "absent" if key.startswith(("file ", "package ")) else ""
+            values = {name: found[name].get(key, default) for name in peers}
+            if len(values) < 2:
+                continue
+            common, _ = Counter(values.values()).most_common(1)[0]
+            findings += [
+                Finding(name, f"{key} (differs from the other {role} nodes)", common, value)
+                for name, value in sorted(values.items())
+                if value != common
+            ]
     return sorted(findings, key=lambda f: (f.node, f.what))
 
 
@@ -133,34 +185,65 @@ def parse(lines: Iterable[str]) -> dict[str, dict]:
     return fingerprints
 
 
-def live_lines(namespace: str) -> list[str]:
-    proc = subprocess.run(
-        ["kubectl", "logs", "-n", namespace, "-l", f"app.kubernetes.io/name={PROBE_NAME}", "--tail=1"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return proc.stdout.splitlines()
+def _kubectl(*args: str, timeout: int = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(["kubectl", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def live_fingerprints(namespace: str, refresh: bool = False) -> tuple[dict[str, dict], list[Finding]]:
+    """The newest fingerprint of every probe pod, and the nodes that could not be read (NotReady, or their
+    pod's log unreadable), each as a `not checked` finding; one bad node does not stop the others."""
+    nodes = json.loads(_kubectl("get", "nodes", "-o", "json").stdout or "{}").get("items", [])
+    not_ready = {}
+    for node in nodes:
+        ready = [c for c in node.get("status", {}).get("conditions", []) if c.get("type") == "Ready"]
+        if not ready or ready[0].get("status") != "True":
+            since = ready[0].get("lastTransitionTime", "?") if ready else "?"
+            not_ready[node["metadata"]["name"]] = f"NotReady since {since}"
+    listing = _kubectl("get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/name={PROBE_NAME}", "-o", "json")
+    if listing.returncode != 0:
+        raise SystemExit(f"cannot list the drift probe pods in {namespace}: {listing.stderr.strip()}")
+    pods = {p["spec"].get("nodeName", ""): p["metadata"]["name"] for p in json.loads(listing.stdout)["items"]}
+    fingerprints: dict[str, dict] = {}
+    problems = [Finding(name, NOT_CHECKED, "", why) for name, why in sorted(not_ready.items())]
+    for node, pod in sorted(pods.items()):
+        if node in not_ready:
+            continue
+        try:
+            if refresh:
+                _kubectl("exec", "-n", namespace, pod, "--", "kill", "-HUP", "1", timeout=30)
+            logs = _kubectl("logs", "-n", namespace, pod, "--tail=20", timeout=30)
+        except subprocess.TimeoutExpired:
+            problems.append(Finding(node, NOT_CHECKED, "", f"the log of {pod} did not come within 30 s"))
+            continue
+        if logs.returncode != 0:
+            problems.append(Finding(node, NOT_CHECKED, "", f"cannot read the log of {pod}: {logs.stderr.strip()}"))
+            continue
+        fingerprints.update(parse(logs.stdout.splitlines()))
+    return fingerprints, problems
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stacks.drift", description=__doc__.split("\n\n")[0])
     parser.add_argument("stack", help="the stack whose settings are the reference (Pulumi.<stack>.yaml)")
     parser.add_argument("--config", type=Path, help="a stack file instead of Pulumi.<stack>.yaml")
-    parser.add_argument("--fingerprints", type=Path, help="probe output saved in a file, instead of kubectl logs")
+    parser.add_argument("--fingerprints", type=Path, help="probe output saved in a file, instead of kubectl")
+    parser.add_argument("--refresh", action="store_true", help="have every probe print a fresh fingerprint first")
     args = parser.parse_args(argv)
     doc = yaml.safe_load((args.config or ROOT / f"Pulumi.{args.stack}.yaml").read_text())["config"]
     raw = {key.split(":", 1)[1]: value for key, value in doc.items() if key.startswith("ml-platform:")}
     settings = load({key: value for key, value in raw.items() if key not in SECRET_KEYS})
-    lines = (
-        args.fingerprints.read_text().splitlines() if args.fingerprints else live_lines(settings.acceptance.namespace)
-    )
-    findings = compare(settings, parse(lines))
-    for finding in findings:
+    if args.fingerprints:
+        fingerprints, unchecked = parse(args.fingerprints.read_text().splitlines()), []
+    else:
+        fingerprints, unchecked = live_fingerprints(settings.acceptance.namespace, refresh=args.refresh)
+    skipped = {f.node for f in unchecked}
+    findings = [f for f in compare(settings, fingerprints) if f.node not in skipped]
+    for finding in [*findings, *unchecked]:
         print(finding)
     if not findings:
-        print(f"no drift: {len(settings.nodes)} nodes as the settings say")
-    return 1 if findings else 0
+        checked = len(settings.nodes) - len(skipped)
+        print(f"no drift: {checked} nodes as the settings say" + (f", {len(skipped)} not checked" if skipped else ""))
+    return 1 if findings else 2 if unchecked else 0
 
 
 if __name__ == "__main__":

@@ -41,7 +41,6 @@ from settings import (
     plain_secret_problems,
     settings_warnings,
 )
-from settings.backup_layout import BACKUP_NAMESPACE
 from settings.config_file import STACK_FILE_ENV, copy_problems, namespace_problems
 from stacks import outputs
 
@@ -254,23 +253,22 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             nodes=settings.nodes,
             monitored_hosts=[h for h in monitoring.monitored_hosts if h in inventory_hosts],
             rdma_resource_name=network.rdma_resource_name,
+            driver_version=settings.gpu.driver.version if settings.gpu.driver.managed_by == "operator" else None,
             storage_classes=storage_classes,
-            team_queues={
-                team: (namespaces[0], scheduling.team_local_queues[team])
-                for team, namespaces in scheduling.team_namespaces.items()
-                if namespaces
-            },
             s3=S3Target(
-                BACKUP_NAMESPACE,  # where the backup identities' keys live
                 settings.storage.minio.cephfs_backup_bucket,
                 settings.storage.minio.backup.image,
                 backup_sources[0].name,
+                minio.backup_rclone_env[backup_sources[0].name],
+                minio.ca_cert,
                 delete=not settings.storage.minio.object_lock_days,
             )
-            if backup_sources and settings.nas.hosts
+            if backup_sources and backup_sources[0].name in minio.backup_rclone_env
             else None,
             zabbix_url=monitoring.url,
             zabbix_token=monitoring.api_token,
+            zabbix_ca=monitoring.ca_cert,
+            kueue_wait_seconds=settings.scheduling.wait_for_pods_ready.timeout_seconds,
             exercised=exercised_settings(settings),
             provider=cluster.provider,
             platform_ready=[*network.ready, *gpu.ready, *ceph.ready, *minio.ready, scheduling, *monitoring.ready],

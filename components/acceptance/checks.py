@@ -1,137 +1,37 @@
-"""What each acceptance check runs: the GPU node, NCCL, storage, S3, gang and monitoring checks, each a Job
-that `AcceptanceChecks.job` creates from the container and pod spec built here."""
+"""What the storage, S3, gang and monitoring checks run (the GPU and NCCL checks: `gpu_checks.py`), each a Job
+that `AcceptanceChecks.job` creates from the container and pod spec built here. Every check runs in the
+platform namespace `acceptance.namespace`, which Kueue does not manage (no team label): a Job there starts
+at once and its `activeDeadlineSeconds` counts from its creation, pending pods included. The gang check
+alone goes through Kueue, in a ClusterQueue of its own (below)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import hashlib
+from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.cluster.config import GPU_TAINT, taint_object
-from components.minio.backup_specs import CA_CONFIGMAP, rclone_secret
-from settings import NodeSettings
-from settings.acceptance import AcceptanceSettings
+from components.acceptance.gpu_checks import RESTRICTED, gpu_toleration
+from components.scheduling.config import KUEUE_API
+from settings.scheduling import CPU_FLAVOR
 
 if TYPE_CHECKING:
-    from components.acceptance.component import AcceptanceChecks, AcceptanceChecksArgs
+    from components.acceptance.component import AcceptanceChecks, S3Target
 
-CHECK_LABEL = "ml-platform.io/acceptance"
-# The checks that run in team and backup namespaces meet the `restricted` Pod Security Standard, the
-# strictest level a team's namespaces may have (`scheduling.teams[].podSecurity`).
-NCCL_VOLUMES = [
-    {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
-    {"name": "home", "emptyDir": {}},
-]
-RESTRICTED = {
-    "runAsNonRoot": True,
-    "runAsUser": 65534,
-    "allowPrivilegeEscalation": False,
-    "capabilities": {"drop": ["ALL"]},
-    "seccompProfile": {"type": "RuntimeDefault"},
+# Requests and limits of each check container (the GPU checks': gpu_checks.GPU_RESOURCES).
+RESOURCES = {
+    "storage": {"requests": {"cpu": "500m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+    "s3": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+    "gang": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "64Mi"}},
+    "monitoring": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
 }
-
-
-def gpu_node_check(checks: AcceptanceChecks, node: NodeSettings) -> None:
-    settings = checks.args.acceptance
-    assert node.gpu is not None
-    rdma = node.infiniband is not None and bool(checks.args.rdma_resource_name)
-    limits = {"nvidia.com/gpu": str(node.gpu.count)}
-    if rdma:
-        limits[str(checks.args.rdma_resource_name)] = "1"
-    container = {
-        "name": "check",
-        "image": settings.gpu_image,
-        "command": ["sh", "/checks/gpu-node.sh"],
-        "env": [
-            {"name": "EXPECTED_GPUS", "value": str(node.gpu.count)},
-            {"name": "RDMA", "value": "true" if rdma else "false"},
-        ],
-        "resources": {"limits": limits},
-        "volumeMounts": [{"name": "validations", "mountPath": "/run/nvidia/validations", "readOnly": True}],
-    }
-    checks.job(
-        "gpu",
-        f"gpu-{node.name}",
-        settings.gpu_nodes,
-        settings.namespace,
-        node.name,
-        container,
-        # Named after its node, like the node's other resources.
-        resource_name=f"{node.name}-{checks.resource_name}-gpu",
-        extra={
-            "nodeSelector": {"kubernetes.io/hostname": node.name},
-            "tolerations": [gpu_toleration()],
-            "volumes": [{"name": "validations", "hostPath": {"path": "/run/nvidia/validations"}}],
-        },
-    )
-
-
-def nccl_check(checks: AcceptanceChecks) -> None:
-    settings = checks.args.acceptance
-    if not checks.args.team_queues:
-        return
-    namespace, queue = next(iter(sorted(checks.args.team_queues.values())))
-    gpu_nodes = [n for n in checks.args.nodes if n.gpu is not None]
-    ib_nodes = [n for n in gpu_nodes if n.infiniband is not None]
-    if len(ib_nodes) >= 2 and checks.args.rdma_resource_name:
-        gpus = min(n.gpu.count for n in ib_nodes[:2] if n.gpu)
-        job_name = "acceptance-nccl-ib"
-        checks.job(
-            "gpu",
-            "nccl-ib",
-            settings.nccl,
-            namespace,
-            "",
-            nccl_container(settings, gpus, settings.nccl.ib_floor_gbs, 2, f"{job_name}-0.{job_name}", checks.args),
-            pods=2,
-            queue=queue,
-            extra={
-                "subdomain": job_name,
-                "tolerations": [gpu_toleration()],
-                "affinity": {
-                    "podAntiAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": [
-                            {
-                                "labelSelector": {"matchLabels": {"ml-platform.io/check": "nccl-ib"}},
-                                "topologyKey": "kubernetes.io/hostname",
-                            }
-                        ]
-                    }
-                },
-                "volumes": NCCL_VOLUMES,
-            },
-        )
-        k8s.core.v1.Service(
-            f"{checks.resource_name}-nccl-ib-rendezvous",
-            metadata={"name": job_name, "namespace": namespace, "labels": {CHECK_LABEL: "check"}},
-            spec={
-                "clusterIP": "None",
-                "selector": {"ml-platform.io/check": "nccl-ib"},
-                "ports": [{"name": "rendezvous", "port": 29500}],
-            },
-            opts=pulumi.ResourceOptions(
-                parent=checks, provider=checks.args.provider, depends_on=[checks.scripts[namespace]]
-            ),
-        )
-    multi_gpu = [n for n in gpu_nodes if n.gpu and n.gpu.count >= 2]
-    if multi_gpu:
-        node = multi_gpu[0]
-        assert node.gpu is not None
-        checks.job(
-            "gpu",
-            "nccl-nvlink",
-            settings.nccl,
-            namespace,
-            node.name,
-            nccl_container(settings, node.gpu.count, settings.nccl.nvlink_floor_gbs, 1, "", checks.args),
-            queue=queue,
-            extra={
-                "nodeSelector": {"kubernetes.io/hostname": node.name},
-                "tolerations": [gpu_toleration()],
-                "volumes": NCCL_VOLUMES,
-            },
-        )
+GANG_PODS = 2
+# Volcano: the pod annotation that names a pod's PodGroup (volcano-sh/apis pkg/apis/scheduling/v1beta1/
+# labels.go, KubeGroupNameAnnotationKey) and the PodGroup API (crds/volcano/v1.15.1).
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+VOLCANO_API = "scheduling.volcano.sh/v1beta1"
+GANG_QUEUE = "acceptance"
 
 
 def storage_check(checks: AcceptanceChecks) -> None:
@@ -143,12 +43,13 @@ def storage_check(checks: AcceptanceChecks) -> None:
         container = {
             "name": "check",
             "image": settings.tools_image,
-            "command": ["sh", "/checks/storage.sh"],
+            "script": "storage.sh",
             "env": [
                 {"name": "DIR", "value": "/data"},
                 {"name": "SIZE_MIB", "value": str(check.size_mib)},
                 {"name": "FLOOR_MIB_S", "value": str(check.floor_mib_s)},
             ],
+            "resources": RESOURCES["storage"],
             "volumeMounts": [{"name": "data", "mountPath": "/data"}],
         }
         access = "ReadWriteMany" if tier == "tier2Shared" else "ReadWriteOnce"
@@ -184,80 +85,180 @@ def storage_check(checks: AcceptanceChecks) -> None:
         )
     s3 = checks.args.s3
     if s3 is not None:
-        container = {
-            "name": "check",
-            "image": s3.image,
-            "command": ["sh", "/checks/s3.sh"],
-            "envFrom": [{"secretRef": {"name": rclone_secret(s3.source)}}],
-            "env": [
-                {"name": "BUCKET", "value": s3.bucket},
-                {"name": "PREFIX", "value": s3.source},
-                {"name": "DELETE", "value": "true" if s3.delete else "false"},
-                {"name": "SIZE_MIB", "value": str(min(check.size_mib, 256))},
-                {"name": "FLOOR_MIB_S", "value": str(check.floor_mib_s)},
-                {"name": "WORK", "value": "/work"},
-                {"name": "RCLONE_CA_CERT", "value": "/ca/ca.crt"},
-                {"name": "HOME", "value": "/work"},
-            ],
-            "volumeMounts": [
-                {"name": "ca", "mountPath": "/ca", "readOnly": True},
-                {"name": "work", "mountPath": "/work"},
-            ],
-            "securityContext": RESTRICTED,
-        }
-        checks.job(
-            "s3",
-            "storage-s3",
-            check,
-            s3.namespace,
-            s3.bucket,
-            container,
-            extra={
-                "nodeSelector": {"ml-platform.io/role": "cpu"},
-                "volumes": [{"name": "ca", "configMap": {"name": CA_CONFIGMAP}}, {"name": "work", "emptyDir": {}}],
-            },
-        )
+        s3_check(checks, s3)
 
 
-def gang_check(checks: AcceptanceChecks, team: str, namespace: str, queue: str) -> None:
+def s3_check(checks: AcceptanceChecks, s3: S3Target) -> None:
+    """The S3 round trip with one backup identity, from the platform namespace: its rclone remote and the
+    MinIO CA are copied there (a team's namespace is the team's to change)."""
     settings = checks.args.acceptance
-    pods = 2
+    opts = pulumi.ResourceOptions(parent=checks, provider=checks.args.provider)
+    remote = k8s.core.v1.Secret(
+        f"{checks.resource_name}-s3-rclone",
+        metadata={"name": "acceptance-s3-rclone", "namespace": checks.home},
+        string_data=pulumi.Output.secret(s3.rclone_env),
+        opts=opts,
+    )
+    ca = k8s.core.v1.ConfigMap(
+        f"{checks.resource_name}-s3-ca",
+        metadata={"name": "acceptance-s3-ca", "namespace": checks.home},
+        data={"ca.crt": s3.ca_cert},
+        opts=opts,
+    )
+    checks.extra_deps["storage-s3"] = [remote, ca]
+    container = {
+        "name": "check",
+        "image": s3.image,
+        "script": "s3.sh",
+        "envFrom": [{"secretRef": {"name": "acceptance-s3-rclone"}}],
+        "env": [
+            {"name": "BUCKET", "value": s3.bucket},
+            {"name": "PREFIX", "value": s3.source},
+            {"name": "DELETE", "value": "true" if s3.delete else "false"},
+            {"name": "SIZE_MIB", "value": str(min(settings.storage.size_mib, 256))},
+            {"name": "FLOOR_MIB_S", "value": str(settings.storage.floor_mib_s)},
+            {"name": "WORK", "value": "/work"},
+            {"name": "RCLONE_CA_CERT", "value": "/ca/ca.crt"},
+            {"name": "HOME", "value": "/work"},
+        ],
+        "resources": RESOURCES["s3"],
+        "volumeMounts": [
+            {"name": "ca", "mountPath": "/ca", "readOnly": True},
+            {"name": "work", "mountPath": "/work"},
+        ],
+        "securityContext": RESTRICTED,
+    }
+    checks.job(
+        "s3",
+        "storage-s3",
+        settings.storage,
+        settings.namespace,
+        s3.bucket,
+        container,
+        extra={
+            "nodeSelector": {"ml-platform.io/role": "cpu"},
+            "volumes": [
+                {"name": "ca", "configMap": {"name": "acceptance-s3-ca"}},
+                {"name": "work", "emptyDir": {}},
+            ],
+        },
+    )
+
+
+def gang_check(checks: AcceptanceChecks) -> None:
+    """A gang of GANG_PODS pods admitted together by Kueue and placed together by Volcano.
+
+    Kueue: the Job is queued in a LocalQueue of the platform namespace whose ClusterQueue is this check's
+    alone: its nominal quota is the gang's requests, it is in no cohort (it neither borrows nor lends,
+    so it never reclaims a team's borrowed capacity), so the Job is admitted as soon as Kueue sees it.
+    Once admitted, the Job's deadline counts, and it is shorter than Kueue's waitForPodsReady timeout
+    (validated), so the Job fails before Kueue could evict it and suspend it again.
+    Volcano: the pods name the scheduler and a PodGroup with minMember GANG_PODS in Volcano's `default`
+    queue; Volcano binds none of them until it can bind all.
+    """
+    settings = checks.args.acceptance
+    # A PodGroup per run (its name from the run's hash), replaced with the Job: a run never reuses the
+    # PodGroup a finished run left in a terminal phase.
+    run = f"{checks.args.exercised['scheduling']}-{settings.run}"
+    name = f"acceptance-gang-{hashlib.sha256(run.encode()).hexdigest()[:10]}"
+    requests = RESOURCES["gang"]["requests"]
+    opts = pulumi.ResourceOptions(parent=checks, provider=checks.args.provider)
+    cluster_queue = k8s.apiextensions.CustomResource(
+        f"{checks.resource_name}-gang-clusterqueue",
+        api_version=KUEUE_API,
+        kind="ClusterQueue",
+        metadata={"name": settings.namespace},
+        spec={
+            # The namespace's name (a data dependency: the queue waits for the namespace, so for Kueue).
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": checks.home}},
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory"],
+                    "flavors": [
+                        {
+                            "name": CPU_FLAVOR,
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": gang_quota(requests["cpu"])},
+                                {"name": "memory", "nominalQuota": gang_quota(requests["memory"])},
+                            ],
+                        }
+                    ],
+                }
+            ],
+        },
+        opts=opts,
+    )
+    local_queue = k8s.apiextensions.CustomResource(
+        f"{checks.resource_name}-gang-localqueue",
+        api_version=KUEUE_API,
+        kind="LocalQueue",
+        metadata={"name": GANG_QUEUE, "namespace": checks.home},
+        spec={"clusterQueue": settings.namespace},
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[cluster_queue])),
+    )
+    group = k8s.apiextensions.CustomResource(
+        f"{checks.resource_name}-gang-podgroup",
+        api_version=VOLCANO_API,
+        kind="PodGroup",
+        metadata={"name": name, "namespace": checks.home},
+        spec={"minMember": GANG_PODS, "queue": "default"},
+        opts=opts,
+    )
+    checks.extra_deps["gang"] = [local_queue, group]
     container = {
         "name": "check",
         "image": settings.tools_image,
-        "command": ["sh", "/checks/gang.sh"],
-        "env": [{"name": "QUEUE", "value": queue}, {"name": "PODS", "value": str(pods)}],
-        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "64Mi"}},
+        "script": "gang.sh",
+        "env": [
+            {"name": "QUEUE", "value": GANG_QUEUE},
+            {"name": "PODS", "value": str(GANG_PODS)},
+            {"name": "SCHEDULER", "value": "volcano"},
+            {"name": "POD_GROUP", "value": name},
+        ],
+        "resources": RESOURCES["gang"],
         "securityContext": RESTRICTED,
     }
     checks.job(
         "scheduling",
-        f"gang-{team}",
+        "gang",
         settings.scheduling,
-        namespace,
-        team,
+        settings.namespace,
+        "",
         container,
-        pods=pods,
-        queue=queue,
-        extra={"nodeSelector": {"ml-platform.io/role": "cpu"}},
+        pods=GANG_PODS,
+        queue=GANG_QUEUE,
+        pod_annotations={VOLCANO_GROUP_ANNOTATION: name},
+        extra={"schedulerName": "volcano", "nodeSelector": {"ml-platform.io/role": "cpu"}},
     )
+
+
+def gang_quota(quantity: str) -> str:
+    """GANG_PODS times a per-pod request (`100m`, `64Mi`)."""
+    digits = "".join(c for c in quantity if c.isdigit())
+    return f"{int(digits) * GANG_PODS}{quantity[len(digits) :]}"
 
 
 def zabbix_check(checks: AcceptanceChecks) -> None:
     settings = checks.args.acceptance
+    opts = pulumi.ResourceOptions(parent=checks, provider=checks.args.provider)
     token = k8s.core.v1.Secret(
         f"{checks.resource_name}-zabbix-token",
-        metadata={"name": "acceptance-zabbix-token", "namespace": settings.namespace},
+        metadata={"name": "acceptance-zabbix-token", "namespace": checks.home},
         string_data={"token": pulumi.Output.secret(checks.args.zabbix_token)},
-        opts=pulumi.ResourceOptions(
-            parent=checks, provider=checks.args.provider, depends_on=[checks.scripts[settings.namespace]]
-        ),
+        opts=opts,
     )
-    checks.extra_deps["monitoring"] = [token, *checks.args.monitoring_ready]
+    ca = k8s.core.v1.ConfigMap(
+        f"{checks.resource_name}-zabbix-ca",
+        metadata={"name": "acceptance-zabbix-ca", "namespace": checks.home},
+        data={"ca.crt": checks.args.zabbix_ca},
+        opts=opts,
+    )
+    checks.extra_deps["monitoring"] = [token, ca, *checks.args.monitoring_ready]
     container = {
         "name": "check",
-        "image": settings.tools_image,
-        "command": ["sh", "/checks/zabbix.sh"],
+        "image": settings.api_image,
+        "script": "zabbix.sh",
         "env": [
             {"name": "ZABBIX_URL", "value": checks.args.zabbix_url},
             {"name": "HOSTS", "value": " ".join(checks.args.monitored_hosts)},
@@ -266,8 +267,14 @@ def zabbix_check(checks: AcceptanceChecks) -> None:
             # that joined in this `up` has time to report, and the check still ends with its result.
             {"name": "WAIT", "value": str(max(0, settings.monitoring.timeout_seconds - 60))},
             {"name": "TOKEN_FILE", "value": "/secret/token"},
+            {"name": "CA_FILE", "value": "/ca/ca.crt"},
         ],
-        "volumeMounts": [{"name": "token", "mountPath": "/secret", "readOnly": True}],
+        "resources": RESOURCES["monitoring"],
+        "securityContext": RESTRICTED,
+        "volumeMounts": [
+            {"name": "token", "mountPath": "/secret", "readOnly": True},
+            {"name": "ca", "mountPath": "/ca", "readOnly": True},
+        ],
     }
     checks.job(
         "monitoring",
@@ -278,36 +285,9 @@ def zabbix_check(checks: AcceptanceChecks) -> None:
         container,
         extra={
             "nodeSelector": {"ml-platform.io/role": "cpu"},
-            "volumes": [{"name": "token", "secret": {"secretName": "acceptance-zabbix-token"}}],
+            "volumes": [
+                {"name": "token", "secret": {"secretName": "acceptance-zabbix-token"}},
+                {"name": "ca", "configMap": {"name": "acceptance-zabbix-ca"}},
+            ],
         },
     )
-
-
-def gpu_toleration() -> dict[str, str]:
-    taint = taint_object(GPU_TAINT)
-    return {"key": taint["key"], "operator": "Equal", "value": taint["value"], "effect": taint["effect"]}
-
-
-def nccl_container(
-    settings: AcceptanceSettings, gpus: int, floor: float, nodes: int, master: str, args: AcceptanceChecksArgs
-) -> dict[str, Any]:
-    limits = {"nvidia.com/gpu": str(gpus)}
-    if nodes > 1 and args.rdma_resource_name:
-        limits[args.rdma_resource_name] = "1"
-    return {
-        "name": "check",
-        "image": settings.gpu_image,
-        "command": ["sh", "/checks/nccl.sh"],
-        "env": [
-            {"name": "FLOOR_GBS", "value": str(floor)},
-            {"name": "NPROC", "value": str(gpus)},
-            {"name": "NNODES", "value": str(nodes)},
-            {"name": "MASTER", "value": master},
-            {"name": "MAX_BYTES", "value": settings.nccl.message_size},
-            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-            {"name": "HOME", "value": "/tmp"},
-        ],
-        "resources": {"limits": limits},
-        "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "home", "mountPath": "/tmp"}],
-        "securityContext": RESTRICTED,
-    }

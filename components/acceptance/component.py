@@ -16,8 +16,18 @@ failure in its result line and succeeds. Every check ends with one line `ACCEPTA
 A check runs again when the settings it exercises change (its pod template carries a hash of them,
 `exercised_settings`: a changed Job template replaces the Job) or when `acceptance.run` is raised; a
 change elsewhere (a threshold, a node's labels, the RKE2 version, another team) leaves it alone, and an
-`up` with unchanged settings re-runs nothing. The check scripts are static files in `checks/` beside this
-module (what each check runs: `checks.py`), mounted from a ConfigMap.
+`up` with unchanged settings re-runs nothing. A check that failed, or that an `up` stopped waiting for,
+runs again on the next `up`: every Job carries `pulumi.com/replaceUnready: "true"`, with which the provider
+reads the live Job and replaces it when it is not ready (pulumi/pulumi-kubernetes#1575, #1578), instead of
+waiting on the old failed Job for ever (pulumi/pulumi-kubernetes#856).
+
+Where the checks run: the platform namespace `acceptance.namespace`, never a team's (a team could edit an
+object there); the check programs (static files in `checks/` beside this module; what each check runs:
+`checks.py`) are inline in each Job's pod template, which the API server does not let anyone change.
+No check object outlives the `up` that created it: a Job's `activeDeadlineSeconds` counts only while the
+Job is not suspended (kubernetes.io/docs/concepts/workloads/controllers/job, "Suspending a Job": the timer
+is stopped and reset while suspended), so only the gang check goes through Kueue, in a platform queue of
+its own (see `checks.py`), and every other check is a plain Job in a namespace Kueue does not manage.
 """
 
 from __future__ import annotations
@@ -30,14 +40,9 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.acceptance.checks import (
-    CHECK_LABEL,
-    gang_check,
-    gpu_node_check,
-    nccl_check,
-    storage_check,
-    zabbix_check,
-)
+from components.acceptance.checks import gang_check, storage_check, zabbix_check
+from components.acceptance.drift import probe_environment
+from components.acceptance.gpu_checks import CHECK_LABEL, gpu_node_check, nccl_check
 from components.hosts.remote import fingerprint
 from components.namespaces import platform_namespace
 from settings import NodeSettings, Settings
@@ -45,35 +50,27 @@ from settings.acceptance import AcceptanceSettings, Check
 
 CHECKS = Path(__file__).parent / "checks"
 SCRIPTS = ("gpu-node.sh", "nccl.sh", "storage.sh", "s3.sh", "gang.sh", "zabbix.sh", "drift-probe.sh")
-CHECKS_CONFIGMAP = "acceptance-checks"
-# On each scripts ConfigMap: the checks' home namespace (which waits for the whole platform).
+# On each check Job: the checks' home namespace (which waits for the whole platform).
 HOME_ANNOTATION = "ml-platform.io/acceptance-namespace"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 RUN_ANNOTATION = "ml-platform.io/acceptance-run"
-# Files the host steps write, fingerprinted by the drift probe (tokens and keys are not hashed).
-DRIFT_FILES = (
-    "/etc/rancher/rke2/config.yaml",
-    "/etc/rancher/rke2/registries.yaml",
-    "/etc/sysctl.d/90-ml-platform.conf",
-    "/etc/modules-load.d/ml-platform.conf",
-    "/etc/chrony/sources.d/ml-platform.sources",
-    "/etc/NetworkManager/conf.d/ml-platform-cni.conf",
-    "/var/lib/rancher/rke2/agent/pod-manifests/kube-vip.yaml",
-)
+REPLACE_UNREADY = "pulumi.com/replaceUnready"
 PROBE_NAME = "drift-probe"
 
 
 @dataclass(frozen=True)
 class S3Target:
-    """The backup identity of one backup source: its namespace (where its rclone Secret and the CA
-    are), the bucket, the backup image, and the source, whose prefix is all that identity may write."""
+    """The backup identity of one backup source: the bucket, the backup image, the source (whose prefix
+    is all that identity may write), the identity's rclone remote (environment) and the MinIO CA. The
+    check copies the remote and the CA into the platform namespace it runs in."""
 
-    namespace: str
     bucket: str
     image: str
     source: str
+    rclone_env: pulumi.Input[dict]
+    ca_cert: pulumi.Input[str]
     delete: bool = True
-    """Whether that identity may delete (not with object locking)."""
+    """False where the bucket locks objects: the identity may not delete, the check keeps one fixed key."""
 
 
 @dataclass(frozen=True)
@@ -83,13 +80,17 @@ class AcceptanceChecksArgs:
     monitored_hosts: Sequence[str]
     """Every inventory host Zabbix must have fresh data from (cluster nodes and NAS hosts)."""
     rdma_resource_name: Optional[str]
+    driver_version: Optional[str]
+    """The NVIDIA driver version the GPU Operator installs (None: drivers preinstalled on the hosts)."""
     storage_classes: Mapping[str, str]
     """Storage class by tier key (`tier1`, `tier2Block`, `tier2Shared`), as in the stack output."""
-    team_queues: Mapping[str, tuple[str, str]]
-    """Team -> (its first namespace, its LocalQueue)."""
     s3: Optional[S3Target]
     zabbix_url: str
     zabbix_token: pulumi.Input[str]
+    zabbix_ca: pulumi.Input[str]
+    """PEM of the CA the Zabbix web certificate chains to ("" with plain HTTP)."""
+    kueue_wait_seconds: Optional[int]
+    """Kueue's waitForPodsReady timeout (None: Kueue not installed): the queued check must end first."""
     exercised: Mapping[str, str]
     """Check kind -> a hash of the settings that kind exercises (`exercised_settings`): a check runs
     again when its hash changes."""
@@ -114,7 +115,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
         self.args = args
         settings = args.acceptance
         self.results = {}
-        child = pulumi.ResourceOptions(parent=self, provider=args.provider)
+        pulumi.ResourceOptions(parent=self, provider=args.provider)
         namespace = platform_namespace(
             f"{name}-namespace",
             settings.namespace,
@@ -125,29 +126,12 @@ class AcceptanceChecks(pulumi.ComponentResource):
             parent=self,
             depends_on=list(args.platform_ready),
         )
-        namespaces = sorted({settings.namespace, *(ns for ns, _ in args.team_queues.values())})
-        if args.s3 is not None:
-            namespaces = sorted({*namespaces, args.s3.namespace})
         # Everything below waits for the namespace, which waits for the whole platform. That wait is a
-        # data dependency (the namespace's name in an annotation), not `depends_on`: the SDK walks every
-        # `depends_on` target's own `depends_on` graph to rule out cycles, and from the namespace that is
+        # data dependency (the namespace's name in an annotation on each Job), not `depends_on`: the SDK walks
+        # every `depends_on` target's own `depends_on` graph to rule out cycles, and from the namespace that is
         # the whole platform, for each of hundreds of checks (a 1000-node preview spent a third of its time there).
-        home = namespace.metadata.apply(lambda meta: meta.name)
-        scripts = {script: check_program(script) for script in (*SCRIPTS, "allreduce.py")}
-        self.scripts = {
-            ns: k8s.core.v1.ConfigMap(
-                f"{name}-scripts-{ns}",
-                metadata={
-                    "name": CHECKS_CONFIGMAP,
-                    "namespace": ns,
-                    "labels": {CHECK_LABEL: "scripts"},
-                    "annotations": {HOME_ANNOTATION: home},
-                },
-                data=scripts,
-                opts=child,
-            )
-            for ns in namespaces
-        }
+        self.namespace = namespace
+        self.home = namespace.metadata.apply(lambda meta: meta.name)
         self.resource_name = name
         self.extra_deps: dict[str, list[pulumi.Resource]] = {
             f"gpu-{node}": [ready] for node, ready in args.node_ready.items()
@@ -159,9 +143,8 @@ class AcceptanceChecks(pulumi.ComponentResource):
             nccl_check(self)
         if settings.storage.enabled:
             storage_check(self)
-        if settings.scheduling.enabled:
-            for team, (ns, queue) in sorted(args.team_queues.items()):
-                gang_check(self, team, ns, queue)
+        if settings.scheduling.enabled and any(n.gpu is None for n in args.nodes):
+            gang_check(self)
         if settings.monitoring.enabled and args.monitored_hosts:
             zabbix_check(self)
         if settings.drift.enabled:
@@ -183,10 +166,16 @@ class AcceptanceChecks(pulumi.ComponentResource):
         queue: Optional[str] = None,
         extra: Optional[dict[str, Any]] = None,
         resource_name: Optional[str] = None,
+        pod_labels: Optional[dict[str, str]] = None,
+        pod_annotations: Optional[dict[str, str]] = None,
     ) -> k8s.batch.v1.Job:
-        """One check's Job: bounded by the check's timeout, never retried (a failure is the result)."""
+        """One check's Job: bounded by the check's timeout, never retried (a failure is the result), replaced
+        on the next `up` when it is not ready (it failed, or an `up` stopped waiting for it)."""
         job_name = f"acceptance-{check_id}"[:63].rstrip("-")
         labels = {CHECK_LABEL: "check", **({QUEUE_LABEL: queue} if queue else {})}
+        requests = containers_spec.get("resources", {}).get("requests", {})
+        if not {"cpu", "memory"} <= set(requests):
+            raise ValueError(f"acceptance check {check_id}: its container must request cpu and memory")
         own_env = containers_spec.get("env", [])
         env = [
             {"name": "CHECK", "value": check_id},
@@ -194,24 +183,31 @@ class AcceptanceChecks(pulumi.ComponentResource):
         ]
         if not any(e["name"] == "NODE" for e in own_env):
             env.append({"name": "NODE", "value": node})
-        container = {**containers_spec, "env": [*env, *own_env]}
-        container["volumeMounts"] = [{"name": "checks", "mountPath": "/checks"}, *container.get("volumeMounts", [])]
+        container_in = dict(containers_spec)
+        script = container_in.pop("script")
+        container = {
+            **container_in,
+            # The program travels in the pod template, which no one can change once the Job exists.
+            "command": ["sh", "-c", check_program(script), script],
+            "env": [*env, *own_env],
+        }
         pod_spec = {
             "restartPolicy": "Never",
+            # No check talks to the Kubernetes API with the pod's identity.
+            "automountServiceAccountToken": False,
             "containers": [container],
             **(extra or {}),
         }
-        pod_spec["volumes"] = [
-            {"name": "checks", "configMap": {"name": CHECKS_CONFIGMAP}},
-            *pod_spec.get("volumes", []),
-        ]
         spec: dict[str, Any] = {
             "backoffLimit": 0,
             "activeDeadlineSeconds": check.timeout_seconds,
             "template": {
                 "metadata": {
-                    "labels": {CHECK_LABEL: "check", "ml-platform.io/check": check_id},
-                    "annotations": {RUN_ANNOTATION: f"{self.args.exercised[kind]}-{self.args.acceptance.run}"},
+                    "labels": {CHECK_LABEL: "check", "ml-platform.io/check": check_id, **(pod_labels or {})},
+                    "annotations": {
+                        RUN_ANNOTATION: f"{self.args.exercised[kind]}-{self.args.acceptance.run}",
+                        **(pod_annotations or {}),
+                    },
                 },
                 "spec": pod_spec,
             },
@@ -226,13 +222,17 @@ class AcceptanceChecks(pulumi.ComponentResource):
                 "name": job_name,
                 "namespace": namespace,
                 "labels": labels,
-                "annotations": {"pulumi.com/timeoutSeconds": str(check.timeout_seconds)},
+                "annotations": {
+                    "pulumi.com/timeoutSeconds": str(check.timeout_seconds),
+                    REPLACE_UNREADY: "true",
+                    HOME_ANNOTATION: self.home,
+                },
             },
             spec=spec,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=self.args.provider,
-                depends_on=[self.scripts[namespace], *self.extra_deps.get(check_id, [])],
+                depends_on=self.extra_deps.get(check_id, []) or None,
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{check.timeout_seconds}s", update=f"{check.timeout_seconds}s"
                 ),
@@ -248,6 +248,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
             "node": node,
             "advisory": "true" if check.advisory else "false",
             "timeoutSeconds": str(check.timeout_seconds),
+            "run": str(self.args.acceptance.run),
         }
         return job
 
@@ -257,11 +258,11 @@ class AcceptanceChecks(pulumi.ComponentResource):
         container = {
             "name": "probe",
             "image": settings.tools_image,
-            "command": ["sh", "/checks/drift-probe.sh"],
+            "command": ["sh", "-c", check_program("drift-probe.sh"), "drift-probe"],
             "env": [
                 {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                 {"name": "HOST", "value": "/host"},
-                {"name": "FILES", "value": " ".join(DRIFT_FILES)},
+                *({"name": k, "value": v} for k, v in probe_environment().items()),
                 {"name": "INTERVAL", "value": str(settings.drift.interval_seconds)},
             ],
             "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
@@ -272,14 +273,11 @@ class AcceptanceChecks(pulumi.ComponentResource):
                 "allowPrivilegeEscalation": False,
                 "capabilities": {"drop": ["ALL"], "add": ["SYS_CHROOT", "DAC_READ_SEARCH"]},
             },
-            "volumeMounts": [
-                {"name": "host", "mountPath": "/host", "readOnly": True},
-                {"name": "checks", "mountPath": "/checks"},
-            ],
+            "volumeMounts": [{"name": "host", "mountPath": "/host", "readOnly": True}],
         }
         k8s.apps.v1.DaemonSet(
             f"{self.resource_name}-drift-probe",
-            metadata={"name": PROBE_NAME, "namespace": settings.namespace, "labels": labels},
+            metadata={"name": PROBE_NAME, "namespace": self.home, "labels": labels},
             spec={
                 "selector": {"matchLabels": labels},
                 "template": {
@@ -288,16 +286,12 @@ class AcceptanceChecks(pulumi.ComponentResource):
                         "containers": [container],
                         # Every node, whatever its taints (GPU, control plane, cordoned).
                         "tolerations": [{"operator": "Exists"}],
-                        "volumes": [
-                            {"name": "host", "hostPath": {"path": "/"}},
-                            {"name": "checks", "configMap": {"name": CHECKS_CONFIGMAP}},
-                        ],
+                        "automountServiceAccountToken": False,
+                        "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
                     },
                 },
             },
-            opts=pulumi.ResourceOptions(
-                parent=self, provider=self.args.provider, depends_on=[self.scripts[settings.namespace]]
-            ),
+            opts=pulumi.ResourceOptions(parent=self, provider=self.args.provider),
         )
 
 
@@ -322,7 +316,7 @@ def exercised_settings(settings: Settings) -> dict[str, str]:
         ),
         # Tier 3: MinIO on the NAS hosts and its backup identities.
         "s3": (settings.storage.minio, settings.nas),
-        # Gang admission through the teams' queues.
+        # Gang admission through Kueue and placement through Volcano.
         "scheduling": (settings.scheduling, charts.kueue, charts.volcano),
         # Data reaching Zabbix: the server, web/API, agents; not thresholds or alert channels.
         "monitoring": (
@@ -338,9 +332,16 @@ def exercised_settings(settings: Settings) -> dict[str, str]:
 
 
 def check_program(script: str) -> str:
-    """What a check's ConfigMap key holds: the shared lib.sh, then the check (the drift probe, which
-    reports no check result, and the Python helper alone)."""
+    """What a check's container runs (`sh -c`): the shared lib.sh, then the check; the NCCL check also
+    writes its Python helper (allreduce.py) to a temporary file first. The drift probe, which reports no
+    check result, runs alone."""
     text = (CHECKS / script).read_text()
-    if script in ("drift-probe.sh", "allreduce.py"):
+    if script == "drift-probe.sh":
         return text
-    return (CHECKS / "lib.sh").read_text() + "\n" + text
+    program = (CHECKS / "lib.sh").read_text() + "\n"
+    if script == "nccl.sh":
+        helper = (CHECKS / "allreduce.py").read_text()
+        assert "\nALLREDUCE_PY\n" not in helper
+        program += "ALLREDUCE_PY=$(mktemp -d)/allreduce.py\n"
+        program += f"cat >\"$ALLREDUCE_PY\" <<'ALLREDUCE_PY'\n{helper}ALLREDUCE_PY\n"
+    return program + text

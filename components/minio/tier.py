@@ -33,7 +33,7 @@ from components import pki
 from components.common import InCluster
 from components.hosts.remote import HostAccess, host_script
 from components.minio.backup import backup_jobs
-from components.minio.backup_specs import backup_user, restore_user
+from components.minio.backup_specs import backup_user, rclone_environment, restore_user
 from components.minio.objects import Bucket, User, bucket_policy, prefix_policy
 from settings import CephSettings, EtcdSnapshots, MinioSettings, NasHost, NasSettings
 from settings.backup_layout import bucket_keys
@@ -190,6 +190,7 @@ class MinioTier(pulumi.ComponentResource):
         self.ca_cert = pulumi.Output.from_input("")
         self.restore_credentials = pulumi.Output.secret({})
         self.metrics_token: Optional[pulumi.Output[str]] = None
+        self.backup_rclone_env: dict[str, pulumi.Output[dict]] = {}
         self.ready: list[pulumi.Resource] = []
         """The buckets and users (which come after every NAS host's server): what S3 clients wait for."""
         if layout is not None and args.nas.hosts:
@@ -238,10 +239,22 @@ class MinioTier(pulumi.ComponentResource):
         self.ready = [*buckets, *[u for u, _ in users.values()]]
         ready = [*args.in_cluster.ready, *self.ready]
         in_cluster = pulumi.ResourceOptions(parent=self, provider=args.in_cluster.provider, depends_on=ready)
+        secret_keys = {s.name: users[backup_user(s.name)][1] for s in minio.backup.sources}
+        # The rclone remote of each backup identity: the acceptance check's S3 round trip uses one.
+        self.backup_rclone_env = {
+            source: pulumi.Output.secret(
+                pulumi.Output.from_input(key).apply(
+                    lambda k, source=source: rclone_environment(
+                        f"https://{endpoint(minio, nas)}", backup_user(source), k
+                    )
+                )
+            )
+            for source, key in secret_keys.items()
+        }
         backup_jobs(
             minio,
             endpoint(minio, nas),
-            {s.name: users[backup_user(s.name)][1] for s in minio.backup.sources},
+            secret_keys,
             ca.cert_pem,
             args.ceph,
             args.team_namespaces,

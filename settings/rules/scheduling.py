@@ -206,7 +206,20 @@ def _quantity_is_zero(quantity: str) -> bool:
     return float(quantity.rstrip("kmMGTPi") or 0) == 0
 
 
+def _gang_check_problems(s: Settings, problem) -> None:
+    """The acceptance gang check goes through Kueue: once admitted, its Job's deadline must end it before
+    Kueue's waitForPodsReady timeout could evict it and suspend it again (a suspended Job's deadline stops)."""
+    check, wait = s.acceptance.scheduling, s.scheduling.wait_for_pods_ready.timeout_seconds
+    if check.enabled and check.timeout_seconds >= wait:
+        problem(
+            f"acceptance.scheduling.timeoutSeconds: {check.timeout_seconds} s is not shorter than "
+            f"scheduling.waitForPodsReady.timeoutSeconds ({wait} s): Kueue could evict the gang check and suspend it "
+            "again, and a suspended Job waits past its deadline; lower the check's timeout or raise Kueue's"
+        )
+
+
 RULES = (
+    rule(_gang_check_problems, "the gang check's deadline against Kueue's waitForPodsReady", "acceptance scheduling"),
     rule(_team_problems, "each team's names, namespaces and Pod Security", "*"),
     rule(_priority_class_problems, "the teams' priority classes", "scheduling", "scheduling"),
     rule(_operator_problems, "the training operators", "scheduling", "scheduling"),

@@ -131,6 +131,12 @@ def test_labels_and_taints_are_server_side_applied_node_patches(prod_plan):
     assert annotation == fingerprint("gpu-01-rke2-id")
 
 
+def _own_disks(node: dict) -> dict:
+    """A copied node's disks under its own by-id names (a disk's by-id name is unique across hosts)."""
+    node["nvme"] = [{**disk, "device": f"{disk['device']}-{node['name']}"} for disk in node.get("nvme", [])]
+    return node
+
+
 def _grow(raw: dict, total: int) -> None:
     """Extend the prod inventory with CPU and GPU agents up to `total` nodes."""
     template_gpu = next(n for n in raw["nodes"] if n["role"] == "gpu")
@@ -140,6 +146,7 @@ def _grow(raw: dict, total: int) -> None:
         if i % 3 == 0:
             node = {**template_gpu, "name": f"gpu-x{i}", "address": f"10.21.{i // 200}.{i % 200 + 1}"}
             node["infiniband"] = {**template_gpu["infiniband"], "address": f"10.32.{i // 200}.{i % 200 + 1}"}
+            _own_disks(node)
         else:
             node = {"name": f"cpu-x{i}", "address": f"10.21.{i // 200}.{i % 200 + 1}", "role": "cpu"}
         node["hostKey"] = template_gpu["hostKey"]
@@ -263,7 +270,7 @@ def _gpu_grown(raw):
     last = next(n for n in raw["nodes"] if n["name"] == "gpu-15")
     node = {**copy.deepcopy(last), "name": "gpu-16", "address": "10.20.1.99"}
     node["infiniband"]["address"] = "10.30.0.99"
-    raw["nodes"].append(node)
+    raw["nodes"].append(_own_disks(node))
 
 
 HOSTS_PATH = "spec.template.spec.containers[name=check].env[name=HOSTS].value"
@@ -279,9 +286,16 @@ def test_adding_or_removing_a_node_touches_only_its_own_resources(prod_plan, edi
     own = ["labels-taints", "membership", "prepare", "rke2", "rke2-certificate-dates", "zabbix-host"]
     if gpu:  # its InfiniBand and NVMe steps, and its own acceptance check
         own += ["infiniband", "nvme", "acceptance-gpu"]
-    assert sorted(u.rsplit("::", 1)[1] for u in result[side]) == sorted(f"{node}-{suffix}" for suffix in own)
+    # A new InfiniBand GPU node is paired for the NCCL check: with 15 before, the odd one out (gpu-15, paired
+    # with gpu-01) now pairs with it.
+    pairs = (
+        {"added": ["acceptance-nccl-ib-gpu-15-gpu-16"], "removed": ["acceptance-nccl-ib-gpu-15-gpu-01"]} if gpu else {}
+    )
+    repaired = {key: [*names, *(f"{n}-rendezvous" for n in names)] for key, names in pairs.items()}
+    own_names = [f"{node}-{suffix}" for suffix in own] + repaired.get(side, [])
+    assert sorted(u.rsplit("::", 1)[1] for u in result[side]) == sorted(own_names)
     other = "removed" if side == "added" else "added"
-    assert result[other] == []
+    assert sorted(u.rsplit("::", 1)[1] for u in result[other]) == sorted(repaired.get(other, []))
     # Beyond the node's own resources, only the monitoring check runs again: it proves every host in
     # the inventory (the new one included, the removed one no longer) reports to Zabbix.
     assert {u.rsplit("::", 1)[1]: paths for u, paths in result["changed"].items()} == {

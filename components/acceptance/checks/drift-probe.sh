@@ -1,12 +1,22 @@
 #!/bin/sh
-# The drift probe (one pod per node, a DaemonSet): every INTERVAL seconds, print this node's fingerprint
-# as one line, `FINGERPRINT {json}`: RKE2 version (the installed binary's, run in the host's root),
-# kernel, NVIDIA driver and Mellanox (OFED) driver versions (from the host's /sys/module), and the
-# sha256 of each file in FILES that the host steps write (under HOST, the host's root mounted read-only;
-# "absent" when missing). `python -m stacks.drift` reads the lines and compares them with the settings.
-# Parameters: NODE_NAME HOST FILES ("path path ...") INTERVAL ONCE (tests: one fingerprint, then exit)
+# The drift probe (one pod per node, a DaemonSet): every INTERVAL seconds, and at once on SIGHUP, print this
+# node's fingerprint as one line, `FINGERPRINT {json}`, read from HOST (the host's root, mounted read-only):
+# - rke2 (the installed binary's version, run in the host's root), kernel, nvidia and ofed (driver versions
+#   from /sys/module);
+# - files: the sha256 of each file in FILES ("absent" when missing) and of every file in the directories
+#   DIRS (a file someone added there shows up);
+# - sysctl: for each `key = value` of the program's sysctl files (SYSCTL_FILES), the value in the file and
+#   the live one (/proc/sys), so a `sysctl -w` shows;
+# - modules: the modules the program's modules-load files (MODULE_FILES) name that are not loaded;
+# - packages: the installed version of each of PACKAGES (dpkg's status file, else rpm in the host's root);
+# - fstab: the sha256 of the host's fstab without its first field (device names and UUIDs differ per node)
+#   and the number of swap entries that are not commented out.
+# `python -m stacks.drift` reads the lines and compares them with the settings and with the node's peers.
+# Parameters: NODE_NAME HOST FILES DIRS SYSCTL_FILES MODULE_FILES PACKAGES INTERVAL
+#   ONCE (tests: one fingerprint, then exit) SYS PROC (tests: stand-ins for /sys and /proc)
 set -eu
-: "${NODE_NAME:?}" "${HOST:=/host}" "${FILES:=}" "${INTERVAL:=3600}" "${ONCE:=false}" "${SYS:=/sys}"
+: "${NODE_NAME:?}" "${HOST:=/host}" "${FILES:=}" "${DIRS:=}" "${SYSCTL_FILES:=}" "${MODULE_FILES:=}"
+: "${PACKAGES:=}" "${INTERVAL:=3600}" "${ONCE:=false}" "${SYS:=/sys}" "${PROC:=/proc}"
 
 rke2_version() {
   for bin in /usr/local/bin/rke2 /opt/rke2/bin/rke2 /usr/bin/rke2; do
@@ -19,22 +29,118 @@ rke2_version() {
 
 module_version() { cat "$SYS/module/$1/version" 2>/dev/null || true; }
 
-fingerprint() {
-  files=""
-  for path in $FILES; do
-    if [ -f "$HOST$path" ]; then
-      sum=$(sha256sum "$HOST$path" | cut -d' ' -f1)
-    else
-      sum=absent
-    fi
-    files="$files${files:+,}\"$path\":\"$sum\""
-  done
-  printf 'FINGERPRINT {"node":"%s","rke2":"%s","kernel":"%s","nvidia":"%s","ofed":"%s","files":{%s}}\n' \
-    "$NODE_NAME" "$(rke2_version)" "$(uname -r)" "$(module_version nvidia)" "$(module_version mlx5_core)" "$files"
+# json_escape TEXT: TEXT as the inside of a JSON string (quotes, backslashes, tabs; no newlines expected).
+json_escape() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g; s/	/\\t/g'; }
+
+# pair KEY VALUE: `"KEY":"VALUE"`, both escaped.
+pair() { printf '"%s":"%s"' "$(json_escape "$1")" "$(json_escape "$2")"; }
+
+file_sum() {
+  if [ -f "$HOST$1" ]; then sha256sum "$HOST$1" | cut -d' ' -f1; else echo absent; fi
 }
 
+files_json() {
+  out="" seen=" "
+  for path in $FILES; do
+    seen="$seen$path "
+    out="$out${out:+,}$(pair "$path" "$(file_sum "$path")")"
+  done
+  for dir in $DIRS; do
+    for file in "$HOST$dir"/*; do
+      [ -f "$file" ] || continue
+      path=${file#"$HOST"}
+      case $seen in *" $path "*) continue ;; esac
+      seen="$seen$path "
+      out="$out${out:+,}$(pair "$path" "$(file_sum "$path")")"
+    done
+  done
+  printf '{%s}' "$out"
+}
+
+# The live value of a sysctl, whitespace collapsed as `sysctl -n` prints it ("absent": no such key).
+live_sysctl() {
+  path="$PROC/sys/$(printf '%s' "$1" | tr . /)"
+  if [ -r "$path" ]; then tr -s ' \t' '  ' <"$path" | sed 's/ *$//'; else echo absent; fi
+}
+
+sysctl_json() {
+  out=""
+  for file in $SYSCTL_FILES; do
+    [ -f "$HOST$file" ] || continue
+    # `key = value` lines; comments and blank lines skipped; the last line for a key wins, as for sysctl.
+    while IFS= read -r line || [ -n "$line" ]; do
+      case $line in '' | '#'* | ';'*) continue ;; esac
+      key=$(printf '%s' "${line%%=*}" | tr -d ' \t')
+      want=$(printf '%s' "${line#*=}" | tr -s ' \t' '  ' | sed 's/^ *//; s/ *$//')
+      out="$out${out:+,}\"$(json_escape "$key")\":{$(pair file "$want"),$(pair live "$(live_sysctl "$key")")}"
+    done <"$HOST$file"
+  done
+  printf '{%s}' "$out"
+}
+
+missing_modules() {
+  missing=""
+  for file in $MODULE_FILES; do
+    [ -f "$HOST$file" ] || continue
+    # shellcheck disable=SC2013  # one module per line; words are what modules-load.d reads too
+    for module in $(sed 's/#.*//' "$HOST$file"); do
+      # /sys/module names use underscores where modprobe accepts dashes.
+      [ -d "$SYS/module/$(printf '%s' "$module" | tr - _)" ] || missing="$missing${missing:+ }$module"
+    done
+  done
+  printf '%s' "$missing"
+}
+
+package_version() {
+  status=$HOST/var/lib/dpkg/status
+  if [ -f "$status" ]; then
+    awk -v want="$1" '
+      /^Package: / { name = $2; installed = 0; version = "" }
+      /^Status: .* installed$/ { installed = 1 }
+      /^Version: / { version = $2 }
+      /^$/ { if (name == want && installed) { print version; found = 1; exit } name = "" }
+      END { if (!found && name == want && installed) print version }' "$status"
+  elif [ -x "$HOST/usr/bin/rpm" ] || [ -x "$HOST/bin/rpm" ]; then
+    chroot "$HOST" rpm -q --qf '%{VERSION}-%{RELEASE}' "$1" 2>/dev/null || true
+  fi
+}
+
+packages_json() {
+  out=""
+  for package in $PACKAGES; do
+    version=$(package_version "$package")
+    out="$out${out:+,}$(pair "$package" "${version:-absent}")"
+  done
+  printf '{%s}' "$out"
+}
+
+fstab_sum() {
+  if [ -f "$HOST/etc/fstab" ]; then
+    awk '!/^[ \t]*(#|$)/ { $1 = ""; sub(/^ /, ""); print }' "$HOST/etc/fstab" | sha256sum | cut -d' ' -f1
+  else
+    echo absent
+  fi
+}
+
+active_swap() {
+  if [ -f "$HOST/etc/fstab" ]; then awk '!/^[ \t]*#/ && $3 == "swap" { n++ } END { print n + 0 }' "$HOST/etc/fstab"; else echo 0; fi
+}
+
+fingerprint() {
+  printf 'FINGERPRINT {%s,%s,%s,%s,%s,"files":%s,"sysctl":%s,%s,"packages":%s,%s,%s}\n' \
+    "$(pair node "$NODE_NAME")" "$(pair rke2 "$(rke2_version)")" "$(pair kernel "$(uname -r)")" \
+    "$(pair nvidia "$(module_version nvidia)")" "$(pair ofed "$(module_version mlx5_core)")" \
+    "$(files_json)" "$(sysctl_json)" "$(pair modules_missing "$(missing_modules)")" "$(packages_json)" \
+    "$(pair fstab "$(fstab_sum)")" "$(pair swap_entries "$(active_swap)")"
+}
+
+trap 'refresh=true' HUP
 while :; do
   fingerprint
   [ "$ONCE" = true ] && exit 0
-  sleep "$INTERVAL"
+  # Sleep in the background so that a SIGHUP (`kubectl exec ... kill -HUP 1`) ends the wait at once.
+  refresh=false
+  sleep "$INTERVAL" &
+  wait $! || true
+  [ "$refresh" = true ] && kill $! 2>/dev/null || true
 done

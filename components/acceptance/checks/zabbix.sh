@@ -1,29 +1,42 @@
 #!/bin/sh
 # Every inventory host (HOSTS) has fresh data in Zabbix: its `agent.ping` item was collected at most
-# MAX_AGE seconds ago. Asks the Zabbix API (item.get, one host at a time) with the API token from
-# TOKEN_FILE, which goes in the request body (never on a command line): Zabbix 7.0 still accepts `auth`
-# there (deprecated since 6.4).
+# MAX_AGE seconds ago. Asks the Zabbix API (item.get, one host at a time) with curl, which verifies the
+# server's certificate with the CA in CA_FILE (the program's own CA; empty file: the system's CAs). The API
+# token from TOKEN_FILE goes in an `Authorization: Bearer` header (Zabbix 7.0's way; `auth` in the body is
+# deprecated since 6.4), read by curl from a file, never on a command line.
 # A host without fresh data is asked again every RETRY_EVERY seconds for up to WAIT seconds (a node
 # that joined in the same `up` registers its agent a little after the check starts).
-# Parameters: ZABBIX_URL HOSTS ("host host ...") MAX_AGE TOKEN_FILE WAIT RETRY_EVERY NOW (tests only)
+# Parameters: ZABBIX_URL HOSTS ("host host ...") MAX_AGE TOKEN_FILE CA_FILE WAIT RETRY_EVERY NOW (tests only)
 set -eu
-: "${ZABBIX_URL:?}" "${HOSTS:?}" "${MAX_AGE:?}" "${TOKEN_FILE:?}" "${WAIT:=0}" "${RETRY_EVERY:=30}"
+: "${ZABBIX_URL:?}" "${HOSTS:?}" "${MAX_AGE:?}" "${TOKEN_FILE:?}" "${CA_FILE:=}" "${WAIT:=0}" "${RETRY_EVERY:=30}"
+command -v curl >/dev/null || finish failed "" "$MAX_AGE" s "curl is not in the image (acceptance.apiImage must carry it)"
 started=$(date +%s)
 
-request=$(mktemp)
-trap 'rm -f "$request"' EXIT
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 umask 077
-token=$(cat "$TOKEN_FILE")
+printf 'Authorization: Bearer %s\nContent-Type: application/json-rpc\n' "$(cat "$TOKEN_FILE")" >"$work/headers"
+set --
+if [ -s "$CA_FILE" ]; then set -- --cacert "$CA_FILE"; fi
 
-# lastclock HOST: when Zabbix last collected HOST's agent.ping (empty: no such item).
+# lastclock HOST [CURL OPTION...]: sets `clock` to when Zabbix last collected HOST's agent.ping (empty: no such item), or
+# `failure` to why the API gave no answer. Runs in this shell (not a command substitution), so a failure
+# ends the check with its result line.
 lastclock() {
-  printf '{"jsonrpc":"2.0","method":"item.get","params":{"output":["lastclock"],"host":"%s","filter":{"key_":"agent.ping"}},"auth":"%s","id":1}' \
-    "$1" "$token" >"$request"
-  if ! response=$(wget -q -O - --header 'Content-Type: application/json-rpc' --post-file "$request" "$ZABBIX_URL/api_jsonrpc.php"); then
-    finish failed "" "$MAX_AGE" s "the Zabbix API at $ZABBIX_URL did not answer"
+  clock="" failure="" host=$1
+  shift # the rest: curl's TLS options
+  printf '{"jsonrpc":"2.0","method":"item.get","params":{"output":["lastclock"],"host":"%s","filter":{"key_":"agent.ping"}},"id":1}' \
+    "$host" >"$work/request"
+  if ! curl --silent --show-error --fail --connect-timeout 10 --max-time 30 "$@" -H "@$work/headers" \
+    --data-binary "@$work/request" -o "$work/response" "$ZABBIX_URL/api_jsonrpc.php" 2>"$work/error"; then
+    failure="the Zabbix API at $ZABBIX_URL did not answer: $(cat "$work/error")"
+    return
   fi
-  case $response in *'"error"'*) finish failed "" "$MAX_AGE" s "the Zabbix API refused item.get: $response" ;; esac
-  printf '%s' "$response" | sed -n 's/.*"lastclock" *: *"\([0-9]*\)".*/\1/p' | head -n 1
+  if grep -q '"error"' "$work/response"; then
+    failure="the Zabbix API refused item.get: $(cat "$work/response")"
+    return
+  fi
+  clock=$(sed -n 's/.*"lastclock" *: *"\([0-9]*\)".*/\1/p' "$work/response" | head -n 1)
 }
 
 pending=$HOSTS oldest=0
@@ -31,7 +44,8 @@ while :; do
   now=${NOW:-$(date +%s)}
   stale=""
   for host in $pending; do
-    clock=$(lastclock "$host")
+    lastclock "$host" "$@"
+    [ -z "$failure" ] || finish failed "" "$MAX_AGE" s "$failure"
     age=$((now - ${clock:-0}))
     [ "$age" -gt "$oldest" ] && oldest=$age
     if [ -z "$clock" ] || [ "$clock" = 0 ] || [ "$age" -gt "$MAX_AGE" ]; then stale="$stale $host"; fi

@@ -1,0 +1,195 @@
+"""What the GPU node and NCCL checks run: each a Job that `AcceptanceChecks.job` creates from the container and
+pod spec built here, in the platform namespace, outside Kueue (components/acceptance/checks.py says why)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.cluster.config import GPU_TAINT, taint_object
+from settings import NodeSettings
+from settings.acceptance import AcceptanceSettings
+
+if TYPE_CHECKING:
+    from components.acceptance.component import AcceptanceChecks, AcceptanceChecksArgs
+
+CHECK_LABEL = "ml-platform.io/acceptance"
+NCCL_VOLUMES = [
+    {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+    {"name": "home", "emptyDir": {}},
+]
+# Requests and limits of the GPU check containers (GPUs and RDMA devices are added per check). The NCCL pods
+# hold a 16 GiB memory-backed /dev/shm, which counts against their memory limit.
+GPU_RESOURCES = {
+    "gpu-node": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+    "nccl": {"requests": {"cpu": "8", "memory": "32Gi"}, "limits": {"memory": "64Gi"}},
+}
+RESTRICTED = {
+    "runAsNonRoot": True,
+    "runAsUser": 65534,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def gpu_node_check(checks: AcceptanceChecks, node: NodeSettings) -> None:
+    settings = checks.args.acceptance
+    assert node.gpu is not None
+    rdma = node.infiniband is not None and bool(checks.args.rdma_resource_name)
+    limits = {**GPU_RESOURCES["gpu-node"]["limits"], "nvidia.com/gpu": str(node.gpu.count)}
+    if rdma:
+        limits[str(checks.args.rdma_resource_name)] = "1"
+    container = {
+        "name": "check",
+        "image": settings.gpu_image,
+        "script": "gpu-node.sh",
+        "env": [
+            {"name": "EXPECTED_GPUS", "value": str(node.gpu.count)},
+            {"name": "EXPECTED_DRIVER", "value": checks.args.driver_version or ""},
+            {"name": "RDMA", "value": "true" if rdma else "false"},
+            {"name": "WAIT", "value": str(max(0, settings.gpu_nodes.timeout_seconds - 60))},
+        ],
+        "resources": {"requests": GPU_RESOURCES["gpu-node"]["requests"], "limits": limits},
+        "volumeMounts": [{"name": "validations", "mountPath": "/run/nvidia/validations", "readOnly": True}],
+    }
+    checks.job(
+        "gpu",
+        f"gpu-{node.name}",
+        settings.gpu_nodes,
+        settings.namespace,
+        node.name,
+        container,
+        # Named after its node, like the node's other resources.
+        resource_name=f"{node.name}-{checks.resource_name}-gpu",
+        extra={
+            "nodeSelector": {"kubernetes.io/hostname": node.name},
+            "tolerations": [gpu_toleration()],
+            "volumes": [{"name": "validations", "hostPath": {"path": "/run/nvidia/validations"}}],
+        },
+    )
+
+
+def ib_pairs(nodes: list[NodeSettings]) -> list[tuple[NodeSettings, NodeSettings]]:
+    """Disjoint pairs of the InfiniBand GPU nodes in inventory order, so that every node's link is measured
+    and the pairs run at the same time; with an odd count the last node pairs with the first (that Job
+    waits for the first pair's GPUs)."""
+    pairs = [(nodes[i], nodes[i + 1]) for i in range(0, len(nodes) - 1, 2)]
+    if len(nodes) % 2 and len(nodes) > 1:
+        pairs.append((nodes[-1], nodes[0]))
+    return pairs
+
+
+def nccl_check(checks: AcceptanceChecks) -> None:
+    settings = checks.args.acceptance
+    namespace = settings.namespace
+    gpu_nodes = [n for n in checks.args.nodes if n.gpu is not None]
+    ib_nodes = [n for n in gpu_nodes if n.infiniband is not None]
+    if checks.args.rdma_resource_name:
+        for first, second in ib_pairs(ib_nodes):
+            assert first.gpu is not None and second.gpu is not None
+            gpus = min(first.gpu.count, second.gpu.count)
+            check_id = f"nccl-ib-{first.name}-{second.name}"
+            job_name = f"acceptance-{check_id}"[:63].rstrip("-")
+            pair = {"kubernetes.io/hostname": [first.name, second.name]}
+            checks.job(
+                "gpu",
+                check_id,
+                settings.nccl,
+                namespace,
+                f"{first.name},{second.name}",
+                nccl_container(settings, gpus, settings.nccl.ib_floor_gbs, 2, f"{job_name}-0.{job_name}", checks.args),
+                pods=2,
+                extra={
+                    "subdomain": job_name,
+                    "tolerations": [gpu_toleration()],
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchExpressions": [
+                                            {"key": key, "operator": "In", "values": values}
+                                            for key, values in pair.items()
+                                        ]
+                                    }
+                                ]
+                            }
+                        },
+                        "podAntiAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": [
+                                {
+                                    "labelSelector": {"matchLabels": {"ml-platform.io/check": check_id}},
+                                    "topologyKey": "kubernetes.io/hostname",
+                                }
+                            ]
+                        },
+                    },
+                    "volumes": NCCL_VOLUMES,
+                },
+            )
+            k8s.core.v1.Service(
+                f"{checks.resource_name}-{check_id}-rendezvous",
+                metadata={
+                    "name": job_name,
+                    "namespace": checks.home,
+                    "labels": {CHECK_LABEL: "check"},
+                },
+                spec={
+                    "clusterIP": "None",
+                    "selector": {"ml-platform.io/check": check_id},
+                    "ports": [{"name": "rendezvous", "port": 29500}],
+                },
+                opts=pulumi.ResourceOptions(parent=checks, provider=checks.args.provider),
+            )
+    multi_gpu = [n for n in gpu_nodes if n.gpu and n.gpu.count >= 2]
+    if multi_gpu:
+        node = multi_gpu[0]
+        assert node.gpu is not None
+        checks.job(
+            "gpu",
+            "nccl-nvlink",
+            settings.nccl,
+            namespace,
+            node.name,
+            nccl_container(settings, node.gpu.count, settings.nccl.nvlink_floor_gbs, 1, "", checks.args),
+            extra={
+                "nodeSelector": {"kubernetes.io/hostname": node.name},
+                "tolerations": [gpu_toleration()],
+                "volumes": NCCL_VOLUMES,
+            },
+        )
+
+
+def gpu_toleration() -> dict[str, str]:
+    taint = taint_object(GPU_TAINT)
+    return {"key": taint["key"], "operator": "Equal", "value": taint["value"], "effect": taint["effect"]}
+
+
+def nccl_container(
+    settings: AcceptanceSettings, gpus: int, floor: float, nodes: int, master: str, args: AcceptanceChecksArgs
+) -> dict[str, Any]:
+    limits = {**GPU_RESOURCES["nccl"]["limits"], "nvidia.com/gpu": str(gpus)}
+    if nodes > 1 and args.rdma_resource_name:
+        limits[args.rdma_resource_name] = "1"
+    return {
+        "name": "check",
+        "image": settings.gpu_image,
+        "script": "nccl.sh",
+        "env": [
+            {"name": "FLOOR_GBS", "value": str(floor)},
+            {"name": "NPROC", "value": str(gpus)},
+            {"name": "NNODES", "value": str(nodes)},
+            {"name": "MASTER", "value": master},
+            {"name": "MAX_BYTES", "value": settings.nccl.message_size},
+            {"name": "PLATEAU_BYTES", "value": settings.nccl.plateau_from},
+            {"name": "EXPECT_TRANSPORT", "value": "NET/IB" if nodes > 1 else ""},
+            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "HOME", "value": "/tmp"},
+        ],
+        "resources": {"requests": GPU_RESOURCES["nccl"]["requests"], "limits": limits},
+        "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "home", "mountPath": "/tmp"}],
+        "securityContext": RESTRICTED,
+    }
