@@ -12,7 +12,7 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import AfterValidator, Field
 
-from settings.types import Model, Name
+from settings.types import IPv4Network, Model, Name
 
 CPU_FLAVOR = "cpu"
 
@@ -45,6 +45,12 @@ def _quantity(value: str) -> str:
 
 
 Quantity = Annotated[str, AfterValidator(_quantity)]
+
+
+def _groups_prefix(value: str) -> str:
+    if not value or value.startswith("system:") or any(c.isspace() for c in value):
+        raise ValueError(f"{value!r} cannot prefix group names; write e.g. 'oidc:' (not empty, not system:)")
+    return value
 
 
 class ResourceLimit(Model):
@@ -94,6 +100,15 @@ class Team(Model):
     rdma: bool = False
     """the team runs RDMA pods: `baseline` (they request the RDMA device plugin's resource and pin memory under the
     hosts' unlimited memlock limit, without IPC_LOCK)"""
+    storage: dict[Name, Quantity] = {}
+    """requested storage the team may claim per StorageClass, e.g. `{tier2-shared: 50Ti}`; a platform class not listed
+    here gets 0 (the namespace quota refuses its claims)"""
+    ephemeral_storage: Quantity = "1Ti"
+    """requested ephemeral storage (container writable layers, emptyDir, logs) of all the team's pods in one namespace
+    (Kueue does not account it: this namespace quota is its only limit)"""
+    egress_cidrs: list[IPv4Network] = []
+    """addresses outside the cluster the team's pods may reach (a proxy, a dataset mirror, `0.0.0.0/0`); the cluster's
+    pod and service networks, its nodes and the NAS stay unreachable whatever is listed here"""
 
     @property
     def namespace_names(self) -> list[str]:
@@ -168,3 +183,7 @@ class SchedulingSettings(Model):
     """optional operators for the distributed training job kinds"""
     teams: list[Team] = []
     """the teams sharing the cluster, one block each"""
+    groups_prefix: Annotated[str, AfterValidator(_groups_prefix)] = "oidc:"
+    """Prepended to `teams[].groups` in the teams' RoleBindings when `cluster.oidc` is unset (with it,
+    `cluster.oidc.groupsPrefix` applies): the prefix your authenticator gives group names, so that a group an
+    unprefixed source can claim (a client certificate's O=) never matches a team; never `system:`"""

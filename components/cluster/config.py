@@ -20,6 +20,9 @@ API_PORT = 6443
 SUPERVISOR_PORT = 9345  # RKE2's registration (supervisor) port
 GPU_TAINT = "nvidia.com/gpu=true:NoSchedule"
 ROLE_LABEL = "ml-platform.io/role"
+# On CPU nodes that are neither servers nor storage hosts: the only nodes the cpu ResourceFlavor (so every team
+# workload Kueue admits on CPU nodes) selects (components/scheduling/tenancy.py).
+TENANT_NODE_LABEL = "ml-platform.io/tenant-workloads"
 CONFIG_DIR = "/etc/rancher/rke2"
 TOKEN_FILE = f"{CONFIG_DIR}/join-token"
 AGENT_TOKEN_FILE = f"{CONFIG_DIR}/agent-token"
@@ -280,7 +283,13 @@ def kubeconfig_params(cluster: ClusterSettings) -> dict[str, str]:
 def managed_labels(node: NodeSettings) -> dict[str, str]:
     """Every label the Node patch keeps on the Node. Admin-side labels may use the
     node-role.kubernetes.io prefix, which kubelets may not set."""
-    return {**node_labels(node), f"node-role.kubernetes.io/{node.role}": "true"}
+    tenant = node.role == "cpu" and not node.control_plane and not node.storage_host
+    # Not a registration label: the Node patch adds or removes it when a node's role changes, with no RKE2 restart.
+    return {
+        **node_labels(node),
+        f"node-role.kubernetes.io/{node.role}": "true",
+        **({TENANT_NODE_LABEL: "true"} if tenant else {}),
+    }
 
 
 def taint_object(taint: str) -> dict[str, str]:
