@@ -146,8 +146,5 @@ class Cluster:
         return False
 
     def allowed(self, source: Endpoint, dest: Endpoint, port: int, protocol: str = "TCP") -> bool:
-        if source.namespace is not None and not self._allows(source, dest, dest, port, protocol, "Egress"):
-            return False
-        if dest.namespace is not None and not self._allows(dest, source, dest, port, protocol, "Ingress"):
-            return False
-        return True
+        egress = source.namespace is None or self._allows(source, dest, dest, port, protocol, "Egress")
+        return egress and (dest.namespace is None or self._allows(dest, source, dest, port, protocol, "Ingress"))
