@@ -183,6 +183,10 @@ class SchedulingSettings(Model):
     """optional operators for the distributed training job kinds"""
     teams: list[Team] = []
     """the teams sharing the cluster, one block each"""
+    tenant_nodes_only: bool = True
+    """Team workloads on CPU nodes run only on those that are neither RKE2 servers nor Ceph storage hosts (the cpu
+    ResourceFlavor selects them by the label `ml-platform.io/tenant-workloads`); false only on a small cluster whose
+    CPU nodes all are one or the other (the lab), where team pods then share the servers and storage hosts"""
     groups_prefix: Annotated[str, AfterValidator(_groups_prefix)] = "oidc:"
     """Prepended to `teams[].groups` in the teams' RoleBindings when `cluster.oidc` is unset (with it,
     `cluster.oidc.groupsPrefix` applies): the prefix your authenticator gives group names, so that a group an

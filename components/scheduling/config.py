@@ -197,12 +197,13 @@ def volcano_values() -> dict[str, Any]:
     }
 
 
-def resource_flavors(nodes: Sequence[NodeSettings]) -> list[dict[str, Any]]:
+def resource_flavors(nodes: Sequence[NodeSettings], tenant_nodes_only: bool = True) -> list[dict[str, Any]]:
     """`cpu` first, then one flavor per GPU model present (sorted): the order ClusterQueues list them."""
     flavors: list[dict[str, Any]] = []
     if any(n.role == "cpu" for n in nodes):
         # Only CPU nodes that are neither servers nor storage hosts carry the tenant label (components/cluster).
-        flavors.append({"name": CPU_FLAVOR, "spec": {"nodeLabels": {ROLE_LABEL: "cpu", TENANT_NODE_LABEL: "true"}}})
+        tenant = {TENANT_NODE_LABEL: "true"} if tenant_nodes_only else {}
+        flavors.append({"name": CPU_FLAVOR, "spec": {"nodeLabels": {ROLE_LABEL: "cpu", **tenant}}})
     gpu_nodes = [n for n in nodes if n.role == "gpu" and n.gpu is not None]
     models = sorted({gpu_flavor_name(n.gpu.model): n for n in gpu_nodes}.items())
     for flavor, node in models:
@@ -253,7 +254,7 @@ def _flavor_quota(flavor: str, quota: FlavorQuota) -> dict[str, Any]:
 
 def cluster_queue_spec(team: Team, sched: SchedulingSettings, nodes: Sequence[NodeSettings]) -> dict[str, Any]:
     """The team's ClusterQueue (v1beta2): its flavors in the platform's order, each with every covered resource."""
-    order = [f["name"] for f in resource_flavors(nodes)]
+    order = [f["name"] for f in resource_flavors(nodes, sched.tenant_nodes_only)]
     flavors = [_flavor_quota(f, team.quotas[f]) for f in order if f in team.quotas]
     spec: dict[str, Any] = {
         "namespaceSelector": {"matchLabels": {TEAM_LABEL: team.name}},

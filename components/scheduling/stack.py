@@ -139,7 +139,7 @@ class SchedulingStack(pulumi.ComponentResource):
         topology = kueue_topology(args.nodes)
         if topology is not None:
             self._custom("Topology", TOPOLOGY, topology)
-        for flavor in resource_flavors(args.nodes):
+        for flavor in resource_flavors(args.nodes, sched.tenant_nodes_only):
             gpu, tas = flavor["name"] != CPU_FLAVOR, "topologyName" in flavor["spec"]
             # Kueue refuses to remove or change topologyName once set, and with it nodeLabels and
             # tolerations (CRD CEL); a replacement cannot delete a flavor a ClusterQueue lists (its

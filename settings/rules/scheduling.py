@@ -232,6 +232,14 @@ def _tenancy_problems(s: Settings, add) -> None:
                         f"scheduling.teams[{i}].egressCidrs[{j}]: {cidr} lies inside the cluster network {cluster}; "
                         "egressCidrs are for addresses outside the cluster (a team reaches its own pods already)"
                     )
+    tenant_cpu = [n for n in s.nodes if n.role == "cpu" and not n.control_plane and not n.storage_host]
+    cpu_teams = [i for i, team in enumerate(s.scheduling.teams) if CPU_FLAVOR in team.quotas]
+    if s.scheduling.tenant_nodes_only and cpu_teams and not tenant_cpu:
+        add(
+            f"scheduling.teams[{cpu_teams[0]}].quotas.cpu: every CPU node is an RKE2 server or a Ceph storage host, "
+            "and team workloads run on neither (scheduling.tenantNodesOnly): add CPU nodes without osdDevices, or "
+            "set scheduling.tenantNodesOnly: false to let team pods share them"
+        )
     for j, source in enumerate(s.storage.minio.backup.sources):
         if source.namespace in teams:
             i, team = teams[source.namespace]
@@ -255,5 +263,10 @@ RULES = (
     rule(_gpu_model_problems, "one spelling per GPU model", "nodes", "nodes"),
     rule(_quota_problems, "the teams' GPU quotas against the GPU nodes", "scheduling nodes gpu", "nodes scheduling"),
     rule(_quota_reach_problems, "what each team's quota can admit", "scheduling nodes gpu", "nodes"),
-    rule(_tenancy_problems, "the teams' storage classes, egress and backup claims", "scheduling storage gpu network"),
+    rule(
+        _tenancy_problems,
+        "the teams' storage classes, egress, backup claims and nodes",
+        "scheduling storage gpu network nodes",
+        "nodes",
+    ),
 )

@@ -945,3 +945,22 @@ def test_no_team_principal_reaches_a_platform_secret(prod_plan):
             ), (team, identity, outside)
             # Every Secret in the plan is the platform's (backup, MinIO, Zabbix, cluster credentials): none reachable.
             assert reachable_secrets(prod_plan, granted) == set(), (team, identity)
+
+
+def test_a_cluster_without_tenant_cpu_nodes_must_say_teams_share_them(lab_plan):
+    def dedicated(raw):
+        raw["scheduling"]["tenantNodesOnly"] = True
+
+    assert problems("lab", dedicated) == [
+        "scheduling.teams[0].quotas.cpu: every CPU node is an RKE2 server or a Ceph storage host, and team workloads "
+        "run on neither (scheduling.tenantNodesOnly): add CPU nodes without osdDevices, or set "
+        "scheduling.tenantNodesOnly: false to let team pods share them"
+    ]
+    # The lab says so: its cpu flavor selects every CPU node, and the placement policy still refuses explicit targeting.
+    flavor = next(
+        f["inputs"]["spec"]
+        for f in lab_plan.by_type("kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor")
+        if f["inputs"]["metadata"]["name"] == "cpu"
+    )
+    assert flavor["nodeLabels"] == {"ml-platform.io/role": "cpu"}
+    assert len(denials(policy(lab_plan, "team-placement"), _pod_spec(nodeName="lab-server"), "pods")) == 1
