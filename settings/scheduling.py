@@ -39,6 +39,7 @@ def quantity_value(value: str) -> float:
 
 
 def _quantity(value: str) -> str:
+    """A Kubernetes quantity: a number with an optional unit (`m`, `k`, `M`, `G`, `T`, `P`, `Ki` ... `Pi`)."""
     if not _QUANTITY.match(value):
         raise ValueError(f"{value!r} is not a Kubernetes quantity; write e.g. '512Gi', '2Ti' or '64'")
     return value
@@ -48,6 +49,7 @@ Quantity = Annotated[str, AfterValidator(_quantity)]
 
 
 def _groups_prefix(value: str) -> str:
+    """Not empty, no whitespace, not starting with `system:`."""
     if not value or value.startswith("system:") or any(c.isspace() for c in value):
         raise ValueError(f"{value!r} cannot prefix group names; write e.g. 'oidc:' (not empty, not system:)")
     return value
