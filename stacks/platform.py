@@ -161,6 +161,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             token=token,
             agent_token=agent_token,
             server_config=etcd_s3_server_config(settings.cluster.etcd_snapshots, settings.nas),
+            taint_platform_hosts=settings.scheduling.tenant_nodes_only,
         ),
     )
     wiring = Wiring(settings.charts, HostSteps(hosts, cluster.prepared), InCluster(cluster.provider, cluster.ready))

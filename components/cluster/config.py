@@ -20,6 +20,12 @@ API_PORT = 6443
 SUPERVISOR_PORT = 9345  # RKE2's registration (supervisor) port
 GPU_TAINT = "nvidia.com/gpu=true:NoSchedule"
 ROLE_LABEL = "ml-platform.io/role"
+# The platform's own hosts, with `scheduling.tenantNodesOnly`: the Kubernetes control-plane taint on RKE2 servers
+# (RKE2 taints no server by default; its packaged charts and the platform's server workloads tolerate this one)
+# and a storage taint on Ceph storage hosts. Applied by the Node patch only (not RKE2's `node-taint`, which would
+# restart RKE2 to change): team pods cannot tolerate them (the `team-placement` admission policy).
+CONTROL_PLANE_TAINT = "node-role.kubernetes.io/control-plane:NoSchedule"
+STORAGE_TAINT = "ml-platform.io/ceph-storage=true:NoSchedule"
 # On CPU nodes that are neither servers nor storage hosts: the only nodes the cpu ResourceFlavor (so every team
 # workload Kueue admits on CPU nodes) selects (components/scheduling/tenancy.py).
 TENANT_NODE_LABEL = "ml-platform.io/tenant-workloads"
@@ -110,6 +116,11 @@ def node_labels(node: NodeSettings) -> dict[str, str]:
 
 def node_taints(node: NodeSettings) -> list[str]:
     return [GPU_TAINT] if node.role == "gpu" else []
+
+
+def platform_host_taints(node: NodeSettings) -> list[str]:
+    """The taints of a server or storage host (none on other nodes)."""
+    return [*([CONTROL_PLANE_TAINT] if node.control_plane else []), *([STORAGE_TAINT] if node.storage_host else [])]
 
 
 def _label_value(text: str) -> str:
