@@ -118,6 +118,11 @@ def node_taints(node: NodeSettings) -> list[str]:
     return [GPU_TAINT] if node.role == "gpu" else []
 
 
+def taint_key(taint: str) -> str:
+    """The key of `key=value:Effect` or `key:Effect`."""
+    return taint.rsplit(":", 1)[0].split("=", 1)[0]
+
+
 def platform_host_taints(node: NodeSettings) -> list[str]:
     """The taints of a server or storage host (none on other nodes)."""
     return [*([CONTROL_PLANE_TAINT] if node.control_plane else []), *([STORAGE_TAINT] if node.storage_host else [])]

@@ -9,25 +9,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from components.cluster.config import TENANT_NODE_LABEL  # noqa: F401  (re-exported for tests)
+from components.cluster.config import CONTROL_PLANE_TAINT, STORAGE_TAINT, taint_key
+from components.scheduling.config import GPU_RESOURCE, HOSTNAME_LABEL
 from settings import NodeSettings, SchedulingSettings
 from settings.scheduling import FlavorQuota, Team, quantity_value
 
-GPU_RESOURCE = "nvidia.com/gpu"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-# TENANT_NODE_LABEL is on CPU nodes that are neither RKE2 servers nor Ceph storage hosts (the Node patch keeps
-# it, components/cluster/config.py `managed_labels`). The cpu ResourceFlavor names it, so Kueue injects it
-# into the nodeSelector of every workload it admits there: no team pod lands on a server or a storage host.
 # Labels and taint keys that mark the platform's own hosts: a team pod may neither select nor tolerate them.
-# RKE2 sets `node-role.kubernetes.io/control-plane`/`etcd`/`master` on servers; `CriticalAddonsOnly` is the
-# taint RKE2's docs give for dedicated servers (its packaged charts tolerate it).
+# The taints the Node patch puts on servers and storage hosts; RKE2's role labels on servers (and its
+# `master`/`etcd` taints on sites that add them); `CriticalAddonsOnly`, the taint RKE2's docs give for
+# dedicated servers; the platform's own role labels. TENANT_NODE_LABEL, on the other CPU nodes, is what the
+# cpu ResourceFlavor selects (components/cluster/config.py `managed_labels`).
 PLATFORM_HOST_KEYS = [
-    "node-role.kubernetes.io/control-plane",
+    taint_key(CONTROL_PLANE_TAINT),
     "node-role.kubernetes.io/master",
     "node-role.kubernetes.io/etcd",
     "CriticalAddonsOnly",
     "ml-platform.io/control-plane",
-    "ml-platform.io/ceph-storage",
+    taint_key(STORAGE_TAINT),
 ]
 
 # Kueue v0.19.2 lets through, ungated and uncounted, any object whose controlling owner is of a kind it
