@@ -13,7 +13,7 @@ from typing import Annotated, ClassVar, Literal, Optional
 from pydantic import AfterValidator, Field
 
 from settings.declare import Claim, destroys_on_decrease, none, replaces, rerender, restarts
-from settings.types import Model, Name, Namespace
+from settings.types import IPv4Network, Model, Name, Namespace
 
 CPU_FLAVOR = "cpu"
 
@@ -40,12 +40,20 @@ def quantity_value(value: str) -> float:
 
 
 def _quantity(value: str) -> str:
+    """A Kubernetes quantity: a number with an optional unit (`m`, `k`, `M`, `G`, `T`, `P`, `Ki` ... `Pi`)."""
     if not _QUANTITY.match(value):
         raise ValueError(f"{value!r} is not a Kubernetes quantity; write e.g. '512Gi', '2Ti' or '64'")
     return value
 
 
 Quantity = Annotated[str, AfterValidator(_quantity)]
+
+
+def _groups_prefix(value: str) -> str:
+    """Not empty, no whitespace, not starting with `system:`."""
+    if not value or value.startswith("system:") or any(c.isspace() for c in value):
+        raise ValueError(f"{value!r} cannot prefix group names; write e.g. 'oidc:' (not empty, not system:)")
+    return value
 
 
 class ResourceLimit(Model):
@@ -109,6 +117,15 @@ class Team(Model):
     rdma: bool = False
     """the team runs RDMA pods: `baseline` (they request the RDMA device plugin's resource and pin memory under the
     hosts' unlimited memlock limit, without IPC_LOCK)"""
+    storage: dict[Name, Quantity] = {}
+    """requested storage the team may claim per StorageClass, e.g. `{tier2-shared: 50Ti}`; a platform class not listed
+    here gets 0 (the namespace quota refuses its claims)"""
+    ephemeral_storage: Quantity = "1Ti"
+    """requested ephemeral storage (container writable layers, emptyDir, logs) of all the team's pods in one namespace
+    (Kueue does not account it: this namespace quota is its only limit)"""
+    egress_cidrs: list[IPv4Network] = []
+    """addresses outside the cluster the team's pods may reach (a proxy, a dataset mirror, `0.0.0.0/0`); the cluster's
+    pod and service networks, its nodes and the NAS stay unreachable whatever is listed here"""
 
     CHANGES: ClassVar = {
         "name": replaces(
@@ -126,6 +143,11 @@ class Team(Model):
         "pod_security": rerender("the namespaces' Pod Security labels (running pods stay; new ones are judged)"),
         "priority_classes": rerender("the team's admission policy"),
         "rdma": rerender("the namespaces' Pod Security level"),
+        "storage": destroys_on_decrease(
+            "the namespaces' storage quota: new claims beyond it are refused (existing claims are kept)"
+        ),
+        "ephemeral_storage": rerender("the namespaces' ResourceQuota and LimitRange"),
+        "egress_cidrs": rerender("the team's egress NetworkPolicy (connections to a range taken off are cut)"),
     }
 
     def extra_claims(self) -> list[tuple[Claim, str, str]]:
@@ -228,12 +250,22 @@ class SchedulingSettings(Model):
     """optional operators for the distributed training job kinds"""
     teams: list[Team] = []
     """the teams sharing the cluster, one block each"""
+    tenant_nodes_only: bool = True
+    """Team workloads on CPU nodes run only on those that are neither RKE2 servers nor Ceph storage hosts (the cpu
+    ResourceFlavor selects them by the label `ml-platform.io/tenant-workloads`); false only on a small cluster whose
+    CPU nodes all are one or the other (the lab), where team pods then share the servers and storage hosts"""
+    groups_prefix: Annotated[str, AfterValidator(_groups_prefix)] = "oidc:"
+    """Prepended to `teams[].groups` in the teams' RoleBindings when `cluster.oidc` is unset (with it,
+    `cluster.oidc.groupsPrefix` applies): the prefix your authenticator gives group names, so that a group an
+    unprefixed source can claim (a client certificate's O=) never matches a team; never `system:`"""
 
     CHANGES: ClassVar = {
         "volcano_namespace": replaces("the Volcano release in another namespace (uninstall, install)"),
         "kueue_namespace": replaces("the Kueue release in another namespace (uninstall, install)", by="releases"),
         "cohort": rerender("every ClusterQueue's cohort (borrowing)"),
         "allow_overcommit": none("a guard the settings rules read"),
+        "tenant_nodes_only": rerender("the cpu flavor's node labels and the tenant label on CPU nodes (Node patches)"),
+        "groups_prefix": rerender("every team RoleBinding's group subjects"),
         "priority_classes": destroys_on_decrease("a class taken off is deleted; jobs naming it are refused"),
         "teams": destroys_on_decrease(
             "a team taken off: its ClusterQueue, LocalQueues, quotas, role bindings and CI account are deleted; its "

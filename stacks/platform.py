@@ -29,6 +29,7 @@ from components.minio.tier import MinioTier, MinioTierArgs, etcd_s3_server_confi
 from components.monitoring.component import ZabbixMonitoring, ZabbixMonitoringArgs, ZabbixSecrets
 from components.network.fabric import NetworkFabric, NetworkFabricArgs
 from components.public_contract import PublicContract, PublicContractArgs
+from components.scheduling.network import tenant_network
 from components.scheduling.stack import SchedulingStack, SchedulingStackArgs
 from components.training_operators import TrainingOperators, TrainingOperatorsArgs
 from settings import (
@@ -168,6 +169,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             token=token,
             agent_token=agent_token,
             server_config=etcd_s3_server_config(settings.cluster.etcd_snapshots, settings.nas),
+            taint_platform_hosts=settings.scheduling.tenant_nodes_only,
         ),
     )
     wiring = Wiring(settings.charts, HostSteps(hosts, cluster.prepared), InCluster(cluster.provider, cluster.ready))
@@ -203,6 +205,14 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             nodes=settings.nodes,
             oidc=settings.cluster.oidc,
             unaccounted_resources=[network.rdma_resource_name] if network.rdma_resource_name else [],
+            network=tenant_network(
+                settings.network,
+                settings.cluster,
+                settings.nodes,
+                settings.nas.hosts,
+                settings.scheduling.training_operators,
+            ),
+            storage_classes=sorted({*gpu.storage_classes.values(), *ceph.storage_classes.values()}),
             wiring=wiring,
         ),
     )

@@ -45,8 +45,11 @@ def program() -> dict[str, Any]:
     credential = config.get("credential") or "token"
     if credential not in ("token", "oidc"):
         raise ValueError(f"ml-platform-teams:credential: {credential!r}; set `token` or `oidc`")
-    # No kubeconfig input: the provider uses KUBECONFIG of whoever runs `pulumi up`, kept out of the state.
-    provider = k8s.Provider("cluster")
+    # No kubeconfig input: the provider plugin loads KUBECONFIG of whoever runs `pulumi up` itself. Left unset,
+    # the SDK would copy that local path into the provider's inputs, so into this stack's state
+    # (pulumi_kubernetes/provider.py: `if kubeconfig is None: kubeconfig = get_env('KUBECONFIG')`); an input that
+    # resolves to nothing keeps it out.
+    provider = k8s.Provider("cluster", kubeconfig=pulumi.Output.from_input(None))
     on_cluster = pulumi.ResourceOptions(provider=provider)
     published = k8s.core.v1.ConfigMap.get("contract", f"{CONTRACT_NAMESPACE}/{CONTRACT_CONFIGMAP}", opts=on_cluster)
     contract = published.data.apply(parse_contract)

@@ -126,6 +126,8 @@ def test_removing_a_team_names_what_goes_and_what_stays(prod_base, team, namespa
         raw["scheduling"]["teams"] = [t for t in raw["scheduling"]["teams"] if t["name"] != team]
         for source in raw["storage"]["minio"]["backup"]["sources"]:
             source["namespace"] = "vision"
+        # vision's storage quota must hold the backed-up claims it now has.
+        next(t for t in raw["scheduling"]["teams"] if t["name"] == "vision")["storage"]["tier2-shared"] = "300Ti"
 
     danger = danger_of(prod_base, mutate)
     line = one(danger, f"team {team} removed")

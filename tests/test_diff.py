@@ -262,8 +262,10 @@ def test_no_change_is_an_empty_diff(prod_base):
 def test_markdown_is_collapsible_per_component_with_counts(prod_base):
     head = changed(lambda raw: raw["nodes"].pop(node_index(raw, "cpu-04")))
     markdown = diff.render_markdown(diff.compare(prod_base, head))
-    counts = "0 to create, 1 to update, 0 to replace, 1 to delete-before-replace,"
+    # The other update: the team-placement admission policy no longer names cpu-04 among the storage hosts.
+    counts = "0 to create, 2 to update, 0 to replace, 1 to delete-before-replace,"
     assert markdown.startswith(f"**ml-platform/prod**: {counts}")
+    assert "| scheduling | 1 update |" in markdown
     assert "| cluster | 5 delete |" in markdown and "| ceph | 1 update, 1 delete |" in markdown
     assert "<details><summary>by host (1 hosts)</summary>" in markdown and "| cpu-04 | 5 delete |" in markdown
     assert "<details><summary>ceph: 1 update, 1 delete</summary>" in markdown

@@ -312,11 +312,56 @@ def test_ceph_daemons_do_not_tolerate_the_gpu_taint(stack, cis):
     for obj in release(stack, "ceph-cluster", cis).objects:
         if obj["kind"] not in ("CephCluster", "CephFilesystem"):
             continue
-        spec = obj["spec"] if obj["kind"] == "CephCluster" else obj["spec"]["metadataServer"]
-        for role, where in (spec.get("placement") or {"mds": spec.get("placement")}).items():
+        if obj["kind"] == "CephCluster":
+            roles = obj["spec"].get("placement") or {}
+        else:
+            roles = {"mds": obj["spec"]["metadataServer"].get("placement")}
+        for role, where in roles.items():
             if placement.tolerates((where or {}).get("tolerations") or [], GPU_TAINT):
                 found.append(f"{name(obj)} placement {role}")
     assert found == []
+
+
+# Every DaemonSet the charts render, and whether it must run on the RKE2 servers and Ceph storage hosts, which
+# carry CONTROL_PLANE_TAINT and STORAGE_TAINT when `scheduling.tenantNodesOnly` (prod): True with the reason,
+# or why not.
+PLATFORM_HOST_DAEMONSETS = {
+    "cilium": (True, "the CNI: without it a node's pods have no network"),
+    "cilium-envoy": (True, "Cilium's L7 proxy, with the agent"),
+    "zabbix-zabbix-agent": (True, "the monitoring agent on every node (docs/monitoring.md)"),
+    "network-operator-node-feature-discovery-worker": (False, "labels GPU nodes' NICs and GPUs; servers have none"),
+    "local-static-provisioner": (False, "tier-1 local NVMe is on the GPU nodes only"),
+}
+
+
+@variants
+def test_daemonsets_that_must_run_on_servers_and_storage_hosts_tolerate_their_taints(stack, cis):
+    inventory = placement.nodes(plan(stack, cis))
+    platform_hosts = {n.name for n in inventory if n.taints and GPU_TAINT not in n.taints}
+    # prod taints its 3 servers and 12 storage hosts; the lab (tenantNodesOnly: false) none.
+    assert len(platform_hosts) == {"prod": 15, "lab": 0}[stack]
+    missing = []
+    for rel, obj, spec, _ in pods(stack, cis):
+        if obj["kind"] != "DaemonSet":
+            continue
+        ds = obj["metadata"]["name"]
+        assert ds in PLATFORM_HOST_DAEMONSETS, f"{rel.resource}: {name(obj)}: decide whether it must run on servers"
+        must, _ = PLATFORM_HOST_DAEMONSETS[ds]
+        absent = platform_hosts - {n.name for n in placement.runs_on(spec, inventory)}
+        if must and absent:
+            missing.append(f"{name(obj)} does not run on {sorted(absent)}")
+    assert missing == []
+    # Rook makes the Ceph daemons from the CephCluster's and CephFilesystem's placements: they tolerate the taint.
+    storage = [n for n in inventory if ("ml-platform.io/ceph-storage", "true", "NoSchedule") in n.taints]
+    for obj in release(stack, "ceph-cluster", cis).objects:
+        if obj["kind"] == "CephCluster":
+            where = obj["spec"]["placement"]["all"]
+        elif obj["kind"] == "CephFilesystem":
+            where = obj["spec"]["metadataServer"]["placement"]
+        else:
+            continue
+        fake = {"tolerations": where.get("tolerations") or [], "containers": [{"name": "c"}]}
+        assert {n.name for n in storage} <= {n.name for n in placement.runs_on(fake, storage)}, name(obj)
 
 
 # --- probes -------------------------------------------------------------------------------------------------

@@ -204,6 +204,23 @@ def test_team_stack_publishes_the_contract_and_its_namespaces(platform):
     assert stack.named("cluster")["inputs"].get("kubeconfig") is None
 
 
+def test_the_operators_kubeconfig_path_never_enters_a_team_stack(platform, monkeypatch):
+    """The Kubernetes SDK copies KUBECONFIG into an explicit provider's inputs when none is given
+    (pulumi_kubernetes/provider.py); the program gives one that resolves to nothing, so the operator's local
+    path stays out of the team's state while the provider plugin still loads it from its environment."""
+    path = "/home/operator/.kube/ml-prod-admin.yaml"
+    monkeypatch.setenv("KUBECONFIG", path)
+    stack = team_stack(platform, "vision")
+    assert path not in json.dumps([r["inputs"] for r in stack.resources])
+    assert path not in json.dumps(stack.outputs)
+    assert stack.named("cluster")["inputs"].get("kubeconfig") is None
+    # The check can fail: a provider made as the SDK's default would record it.
+    import pulumi_kubernetes as k8s
+
+    recorded = engine.run("check", {}, [], lambda: {"p": k8s.Provider("p").id}, project="ml-platform-teams")
+    assert recorded.named("p")["inputs"]["kubeconfig"] == path
+
+
 def test_token_kubeconfig_holds_endpoint_ca_token_and_namespace():
     teams = load_program("ml_platform_teams", TEAMS)
     data = {"token": base64.b64encode(b"tok-123").decode(), "ca.crt": "Q0EK"}

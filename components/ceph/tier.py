@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 import pulumi
 
-from components.cluster.config import GPU_TAINT
+from components.cluster.config import GPU_TAINT, STORAGE_TAINT
 from components.common import Wiring
 from components.helm import release
 from settings import CephSettings, NodeSettings
@@ -174,6 +174,13 @@ def gpu_toleration() -> dict[str, str]:
     return {"key": key, "operator": "Equal", "value": value, "effect": effect}
 
 
+def storage_toleration() -> dict[str, str]:
+    """The toleration of the storage hosts' taint (ClusterBootstrap, with `scheduling.tenantNodesOnly`)."""
+    key_value, effect = STORAGE_TAINT.rsplit(":", 1)
+    key, value = key_value.split("=", 1)
+    return {"key": key, "operator": "Equal", "value": value, "effect": effect}
+
+
 def storage_affinity() -> dict[str, Any]:
     """Required node affinity: only the storage hosts (CPU nodes with osdDevices)."""
     return {
@@ -257,7 +264,7 @@ def ceph_cluster_spec(ceph: CephSettings, storage_hosts: Sequence[NodeSettings])
         # Never destroy data on uninstall unless someone sets this by hand.
         "cleanupPolicy": {"confirmation": ""},
         # `all` applies to every Ceph daemon of the cluster: MON, MGR, OSD and its prepare jobs.
-        "placement": {"all": {"nodeAffinity": storage_affinity()}},
+        "placement": {"all": {"nodeAffinity": storage_affinity(), "tolerations": [storage_toleration()]}},
         "storage": {
             "useAllNodes": False,
             "useAllDevices": False,
@@ -315,7 +322,7 @@ def cluster_values(ceph: CephSettings, storage_hosts: Sequence[NodeSettings]) ->
                     "metadataServer": {
                         "activeCount": 1,
                         "activeStandby": True,
-                        "placement": {"nodeAffinity": storage_affinity()},
+                        "placement": {"nodeAffinity": storage_affinity(), "tolerations": [storage_toleration()]},
                         "priorityClassName": "system-cluster-critical",
                     },
                 },

@@ -59,6 +59,7 @@ from components.cluster.config import (
     managed_labels,
     node_taints,
     parse_ca_hash,
+    platform_host_taints,
     prepare_params,
     rke2_params,
     server_stdin,
@@ -80,6 +81,9 @@ class ClusterBootstrapArgs:
     """The agent token: all that agents receive (with the CA hash)."""
     # Extra keys for the servers' RKE2 config from other components (e.g. MinioTier's etcd-s3 keys).
     server_config: Mapping[str, Any] = field(default_factory=dict)
+    # Taint the servers and storage hosts (`platform_host_taints`) so that only the platform's pods run there
+    # (`scheduling.tenantNodesOnly`).
+    taint_platform_hosts: bool = False
 
 
 class ClusterBootstrap(pulumi.ComponentResource):
@@ -176,7 +180,7 @@ class ClusterBootstrap(pulumi.ComponentResource):
 
         self.node_patches: dict[str, k8s.core.v1.NodePatch] = {}
         for node in args.nodes:
-            self.node_patches[node.name] = self._labels_and_taints(node)
+            self.node_patches[node.name] = self._labels_and_taints(node, args.taint_platform_hosts)
             # Nothing at create (no SSH session); at delete, on the init server: cordon, drain, delete
             # the Node. Its trigger keeps the value it was deployed with when this step also labelled
             # the node, so stacks deployed before see an in-place update, not a drain of every node.
@@ -221,7 +225,7 @@ class ClusterBootstrap(pulumi.ComponentResource):
         self.joined[node.name] = step
         return step
 
-    def _labels_and_taints(self, node: NodeSettings) -> k8s.core.v1.NodePatch:
+    def _labels_and_taints(self, node: NodeSettings, taint_platform_hosts: bool) -> k8s.core.v1.NodePatch:
         """The Node's labels and taints, server-side applied once its RKE2 step has registered it.
 
         The taint list of a Node is atomic (kubernetes#128866): applying it replaces the whole list,
@@ -231,7 +235,8 @@ class ClusterBootstrap(pulumi.ComponentResource):
         nothing to take back. The annotation holds the RKE2 step's id: when that step is replaced
         (the Node deleted and registered again) the patch changes and is applied to the new Node."""
         joined = self.joined[node.name]
-        spec = {"taints": [taint_object(t) for t in node_taints(node)]} if node_taints(node) else None
+        taints = [*node_taints(node), *(platform_host_taints(node) if taint_platform_hosts else [])]
+        spec = {"taints": [taint_object(t) for t in taints]} if taints else None
         return k8s.core.v1.NodePatch(
             f"{node.name}-labels-taints",
             metadata=k8s.meta.v1.ObjectMetaPatchArgs(

@@ -20,6 +20,15 @@ API_PORT = 6443
 SUPERVISOR_PORT = 9345  # RKE2's registration (supervisor) port
 GPU_TAINT = "nvidia.com/gpu=true:NoSchedule"
 ROLE_LABEL = "ml-platform.io/role"
+# The platform's own hosts, with `scheduling.tenantNodesOnly`: the Kubernetes control-plane taint on RKE2 servers
+# (RKE2 taints no server by default; its packaged charts and the platform's server workloads tolerate this one)
+# and a storage taint on Ceph storage hosts. Applied by the Node patch only (not RKE2's `node-taint`, which would
+# restart RKE2 to change): team pods cannot tolerate them (the `team-placement` admission policy).
+CONTROL_PLANE_TAINT = "node-role.kubernetes.io/control-plane:NoSchedule"
+STORAGE_TAINT = "ml-platform.io/ceph-storage=true:NoSchedule"
+# On CPU nodes that are neither servers nor storage hosts: the only nodes the cpu ResourceFlavor (so every team
+# workload Kueue admits on CPU nodes) selects (components/scheduling/tenancy.py).
+TENANT_NODE_LABEL = "ml-platform.io/tenant-workloads"
 CONFIG_DIR = "/etc/rancher/rke2"
 TOKEN_FILE = f"{CONFIG_DIR}/join-token"
 AGENT_TOKEN_FILE = f"{CONFIG_DIR}/agent-token"
@@ -107,6 +116,16 @@ def node_labels(node: NodeSettings) -> dict[str, str]:
 
 def node_taints(node: NodeSettings) -> list[str]:
     return [GPU_TAINT] if node.role == "gpu" else []
+
+
+def taint_key(taint: str) -> str:
+    """The key of `key=value:Effect` or `key:Effect`."""
+    return taint.rsplit(":", 1)[0].split("=", 1)[0]
+
+
+def platform_host_taints(node: NodeSettings) -> list[str]:
+    """The taints of a server or storage host (none on other nodes)."""
+    return [*([CONTROL_PLANE_TAINT] if node.control_plane else []), *([STORAGE_TAINT] if node.storage_host else [])]
 
 
 def _label_value(text: str) -> str:
@@ -280,7 +299,13 @@ def kubeconfig_params(cluster: ClusterSettings) -> dict[str, str]:
 def managed_labels(node: NodeSettings) -> dict[str, str]:
     """Every label the Node patch keeps on the Node. Admin-side labels may use the
     node-role.kubernetes.io prefix, which kubelets may not set."""
-    return {**node_labels(node), f"node-role.kubernetes.io/{node.role}": "true"}
+    tenant = node.role == "cpu" and not node.control_plane and not node.storage_host
+    # Not a registration label: the Node patch adds or removes it when a node's role changes, with no RKE2 restart.
+    return {
+        **node_labels(node),
+        f"node-role.kubernetes.io/{node.role}": "true",
+        **({TENANT_NODE_LABEL: "true"} if tenant else {}),
+    }
 
 
 def taint_object(taint: str) -> dict[str, str]:

@@ -32,7 +32,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components.ceph.tier import STORAGE_LABEL
-from components.cluster.config import GPU_TAINT, ROLE_LABEL
+from components.cluster.config import GPU_TAINT, ROLE_LABEL, STORAGE_TAINT
 from components.common import InCluster
 from components.gpu.pool import taint_toleration
 from components.hosts.remote import HostAccess, host_script
@@ -291,8 +291,8 @@ def agent_plan_spec(cluster: ClusterSettings, pool_name: str, pool: UpgradePool,
         # rke2-upgrade's `prepare <plan>` waits until that Plan has upgraded every node it selects.
         "prepare": {"image": cluster.upgrade.upgrade_image, "args": ["prepare", SERVER_PLAN]},
         "drain": drain,
-        # GPU nodes carry the GPU taint.
-        "tolerations": [taint_toleration(GPU_TAINT)],
+        # GPU nodes carry the GPU taint, storage hosts the storage taint.
+        "tolerations": [taint_toleration(GPU_TAINT), taint_toleration(STORAGE_TAINT)],
         "jobActiveDeadlineSecs": agent_deadline_seconds(cluster, pool, servers),
     }
     if pool.window is not None:

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import yaml
 
-from components.cluster.config import GPU_TAINT, ROLE_LABEL, node_labels
+from components.cluster.config import GPU_TAINT, ROLE_LABEL, TENANT_NODE_LABEL, node_labels
 from components.namespaces import pod_security_labels
 from settings import NodeSettings, SchedulingSettings
 from settings.cluster import Oidc
@@ -102,17 +102,33 @@ TEAM_RULES: list[dict[str, Any]] = [
         "verbs": ["get", "list", "watch"],
     },
 ]
-# Containers without requests would count as zero against Kueue's quota: give them default requests.
-# No default limit: a container that sets only a request (a 200Gi training pod) would get the default
-# limit below its request, which the API server refuses (request must not exceed limit).
-LIMIT_RANGE_DEFAULTS = {"defaultRequest": {"cpu": "1", "memory": "2Gi"}}
-# The kinds whose objects carry Kueue's priority-class label (the job kinds Kueue manages, and pods).
+# The kinds whose objects carry Kueue's priority-class label (the job kinds Kueue manages, pods, and the
+# CronJobs that make Jobs).
 PRIORITY_LABELLED = {
-    "batch": ["jobs"],
+    "batch": ["jobs", "cronjobs"],
     "jobset.x-k8s.io": ["jobsets"],
     "trainer.kubeflow.org": ["trainjobs"],
     "ray.io": ["rayjobs", "rayclusters"],
     "": ["pods"],
+}
+# Where each of those kinds holds a pod spec's `priorityClassName` (`[]`: every item of a list); Kueue takes
+# a workload's priority from it when no priority-class label is set, before any pod exists. From the kinds'
+# schemas: Kubernetes' batch/v1 and core/v1, the JobSet v0.12.0 and KubeRay v1.7.0 CRDs (a TrainJob holds
+# none: its pods come from the platform's runtime); tests/scheduling/test_tenancy.py walks the CRDs for them.
+PRIORITY_CLASS_PATHS = {
+    "pods": ["spec.priorityClassName"],
+    "jobs": ["spec.template.spec.priorityClassName"],
+    "cronjobs": ["spec.jobTemplate.spec.template.spec.priorityClassName"],
+    "jobsets": ["spec.replicatedJobs[].template.spec.template.spec.priorityClassName"],
+    "rayclusters": [
+        "spec.headGroupSpec.template.spec.priorityClassName",
+        "spec.workerGroupSpecs[].template.spec.priorityClassName",
+    ],
+    "rayjobs": [
+        "spec.rayClusterSpec.headGroupSpec.template.spec.priorityClassName",
+        "spec.rayClusterSpec.workerGroupSpecs[].template.spec.priorityClassName",
+        "spec.submitterPodTemplate.spec.priorityClassName",
+    ],
 }
 # Object counts only; compute quota is Kueue's alone.
 OBJECT_QUOTA = {"services.loadbalancers": "0", "services.nodeports": "0", "persistentvolumeclaims": "200"}
@@ -184,11 +200,13 @@ def volcano_values() -> dict[str, Any]:
     }
 
 
-def resource_flavors(nodes: Sequence[NodeSettings]) -> list[dict[str, Any]]:
+def resource_flavors(nodes: Sequence[NodeSettings], tenant_nodes_only: bool = True) -> list[dict[str, Any]]:
     """`cpu` first, then one flavor per GPU model present (sorted): the order ClusterQueues list them."""
     flavors: list[dict[str, Any]] = []
     if any(n.role == "cpu" for n in nodes):
-        flavors.append({"name": CPU_FLAVOR, "spec": {"nodeLabels": {ROLE_LABEL: "cpu"}}})
+        # Only CPU nodes that are neither servers nor storage hosts carry the tenant label (components/cluster).
+        tenant = {TENANT_NODE_LABEL: "true"} if tenant_nodes_only else {}
+        flavors.append({"name": CPU_FLAVOR, "spec": {"nodeLabels": {ROLE_LABEL: "cpu", **tenant}}})
     gpu_nodes = [n for n in nodes if n.role == "gpu" and n.gpu is not None]
     models = sorted({gpu_flavor_name(n.gpu.model): n for n in gpu_nodes}.items())
     for flavor, node in models:
@@ -239,7 +257,7 @@ def _flavor_quota(flavor: str, quota: FlavorQuota) -> dict[str, Any]:
 
 def cluster_queue_spec(team: Team, sched: SchedulingSettings, nodes: Sequence[NodeSettings]) -> dict[str, Any]:
     """The team's ClusterQueue (v1beta2): its flavors in the platform's order, each with every covered resource."""
-    order = [f["name"] for f in resource_flavors(nodes)]
+    order = [f["name"] for f in resource_flavors(nodes, sched.tenant_nodes_only)]
     flavors = [_flavor_quota(f, team.quotas[f]) for f in order if f in team.quotas]
     spec: dict[str, Any] = {
         "namespaceSelector": {"matchLabels": {TEAM_LABEL: team.name}},
@@ -279,10 +297,10 @@ def ci_account(team: str) -> str:
     return f"{team}-ci"
 
 
-def team_subjects(team: Team, oidc: Optional[Oidc], ci_namespace: str) -> list[dict[str, str]]:
-    """The team's groups as the API server sees them (with the OIDC groups prefix), and without OIDC its
-    CI ServiceAccount."""
-    prefix = oidc.groups_prefix if oidc is not None else ""
+def team_subjects(team: Team, oidc: Optional[Oidc], ci_namespace: str, groups_prefix: str) -> list[dict[str, str]]:
+    """The team's groups as the API server sees them (with the OIDC groups prefix, or without OIDC the
+    `groups_prefix` of the site's authenticator), and without OIDC its CI ServiceAccount."""
+    prefix = oidc.groups_prefix if oidc is not None else groups_prefix
     groups = [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": prefix + g} for g in team.groups]
     if oidc is not None:
         return groups
@@ -318,17 +336,27 @@ def priority_policy_spec(team: str, allowed: Sequence[str]) -> dict[str, Any]:
                 "message": f"team {team} may use the priority classes {', '.join(allowed) or '(none defined)'} only "
                 f"(label {PRIORITY_LABEL})",
             },
-            {
-                "expression": "request.resource.resource != 'pods' || !has(object.spec.priorityClassName)"
-                " || object.spec.priorityClassName == ''",
-                "message": f"pods of team {team} may not name a PriorityClass (spec.priorityClassName); ask for "
-                f"priority with the label {PRIORITY_LABEL} on the job",
-            },
-            {
-                "expression": "request.resource.resource != 'jobs' || !has(object.spec.template.spec.priorityClassName)"
-                " || object.spec.template.spec.priorityClassName == ''",
-                "message": f"jobs of team {team} may not name a PriorityClass (spec.template.spec.priorityClassName); "
-                f"ask for priority with the label {PRIORITY_LABEL}",
-            },
+            *(
+                {
+                    "expression": f"request.resource.resource != '{resource}' || ({_absent('object', path)})",
+                    "message": f"{resource} of team {team} may not name a PriorityClass ({path.replace('[]', '[*]')}); "
+                    f"ask for priority with the label {PRIORITY_LABEL}",
+                }
+                for resource, paths in PRIORITY_CLASS_PATHS.items()
+                for path in paths
+            ),
         ],
     }
+
+
+def _absent(expr: str, path: str, depth: int = 0) -> str:
+    """CEL: the field at `path` below `expr` is unset or empty, in every item of each `[]` list on the way."""
+    head, _, rest = path.partition(".")
+    name = head.removesuffix("[]")
+    field = f"{expr}.{name}"
+    if not rest:
+        return f"!has({field}) || {field} == ''"
+    if head.endswith("[]"):
+        item = f"i{depth}"
+        return f"!has({field}) || {field}.all({item}, {_absent(item, rest, depth + 1)})"
+    return f"!has({field}) || ({_absent(field, rest, depth)})"

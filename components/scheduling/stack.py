@@ -44,7 +44,6 @@ from components.helm import release
 from components.namespaces import REASON_ANNOTATION
 from components.scheduling.config import (
     KUEUE_API,
-    LIMIT_RANGE_DEFAULTS,
     LOCAL_QUEUE,
     OBJECT_QUOTA,
     TEAM_LABEL,
@@ -53,6 +52,7 @@ from components.scheduling.config import (
     TOPOLOGY,
     ci_account,
     cluster_queue_spec,
+    kueue_frameworks,
     kueue_topology,
     kueue_values,
     namespace_labels,
@@ -62,6 +62,8 @@ from components.scheduling.config import (
     team_subjects,
     volcano_values,
 )
+from components.scheduling.network import CILIUM_API, TenantNetwork, cilium_api_policy, team_network_policies
+from components.scheduling.tenancy import compute_quota, limit_range, owner_policy_spec, placement_policy_spec
 from settings import NodeSettings, SchedulingSettings
 from settings.cluster import Oidc
 from settings.scheduling import CPU_FLAVOR, Team
@@ -76,6 +78,10 @@ class SchedulingStackArgs:
     oidc: Optional[Oidc]
     # Extended resources Kueue does not account (e.g. `rdma/ib`: a shared device, not a quota).
     unaccounted_resources: Sequence[str]
+    # What the team namespaces' NetworkPolicies allow and refuse (components/scheduling/network.py).
+    network: TenantNetwork
+    # Every StorageClass of the platform: a team gets 0 of each it is not given (`teams[].storage`).
+    storage_classes: Sequence[str]
     wiring: Wiring
 
 
@@ -133,7 +139,7 @@ class SchedulingStack(pulumi.ComponentResource):
         topology = kueue_topology(args.nodes)
         if topology is not None:
             self._custom("Topology", TOPOLOGY, topology)
-        for flavor in resource_flavors(args.nodes):
+        for flavor in resource_flavors(args.nodes, sched.tenant_nodes_only):
             gpu, tas = flavor["name"] != CPU_FLAVOR, "topologyName" in flavor["spec"]
             # Kueue refuses to remove or change topologyName once set, and with it nodeLabels and
             # tolerations (CRD CEL); a replacement cannot delete a flavor a ClusterQueue lists (its
@@ -163,6 +169,8 @@ class SchedulingStack(pulumi.ComponentResource):
         self.namespace_resources = {}
         for team in sched.teams:
             self._team(team)
+        if sched.teams:
+            self._placement_policy()
         self.register_outputs({"teamNamespaces": self.team_namespaces, "teamClusterQueues": self.team_cluster_queues})
 
     def _custom(
@@ -241,13 +249,13 @@ class SchedulingStack(pulumi.ComponentResource):
                 f"{key}-binding",
                 metadata={"name": TEAM_ROLE, "namespace": ns},
                 role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TEAM_ROLE},
-                subjects=team_subjects(team, args.oidc, ci_namespace),
+                subjects=team_subjects(team, args.oidc, ci_namespace, args.scheduling.groups_prefix),
                 opts=opts("binding"),
             )
             k8s.core.v1.LimitRange(
                 f"{key}-limits",
                 metadata={"name": "defaults", "namespace": ns},
-                spec={"limits": [{"type": "Container", **LIMIT_RANGE_DEFAULTS}]},
+                spec={"limits": [limit_range(team, args.scheduling)]},
                 opts=opts("limits"),
             )
             k8s.core.v1.ResourceQuota(
@@ -256,6 +264,13 @@ class SchedulingStack(pulumi.ComponentResource):
                 spec={"hard": OBJECT_QUOTA},
                 opts=opts("objects"),
             )
+            k8s.core.v1.ResourceQuota(
+                f"{key}-compute",
+                metadata={"name": "compute", "namespace": ns},
+                spec={"hard": compute_quota(team, args.scheduling, args.storage_classes)},
+                opts=in_ns,
+            )
+            self._network_policies(team, ns, key, in_ns)
             if ns == ci_namespace and args.oidc is None:
                 # Its token is made by the team's own `teams/` stack, never here (docs/teams.md).
                 k8s.core.v1.ServiceAccount(
@@ -264,6 +279,56 @@ class SchedulingStack(pulumi.ComponentResource):
                     opts=in_ns,
                 )
         self._priority_policy(team, prefix, k8s_opts)
+        groups = [
+            s["name"]
+            for s in team_subjects(team, args.oidc, ci_namespace, args.scheduling.groups_prefix)
+            if s["kind"] == "Group"
+        ]
+        self._policy(
+            f"{prefix}-owner",
+            f"{team.name}-workload-owners",
+            owner_policy_spec(team, groups, kueue_frameworks(args.scheduling.training_operators)),
+            {"namespaceSelector": {"matchLabels": {TEAM_LABEL: team.name}}},
+            k8s_opts,
+        )
+
+    def _network_policies(self, team: Team, ns: str, key: str, opts: pulumi.ResourceOptions) -> None:
+        net = self._args.network
+        for policy, spec in team_network_policies(team, net):
+            k8s.networking.v1.NetworkPolicy(
+                f"{key}-netpol-{policy}", metadata={"name": policy, "namespace": ns}, spec=spec, opts=opts
+            )
+        if net.cni == "cilium":
+            k8s.apiextensions.CustomResource(
+                f"{key}-netpol-api-server",
+                api_version=CILIUM_API,
+                kind="CiliumNetworkPolicy",
+                metadata={"name": "api-server", "namespace": ns},
+                spec=cilium_api_policy(),
+                opts=opts,
+            )
+
+    def _placement_policy(self) -> None:
+        self._policy(
+            f"{self._name}-team-placement",
+            "team-placement",
+            placement_policy_spec(self._args.nodes),
+            {"namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}},
+            self._args.wiring.in_cluster.options(parent=self),
+        )
+
+    def _policy(
+        self, resource: str, name: str, spec: dict[str, Any], match: dict[str, Any], opts: pulumi.ResourceOptions
+    ) -> None:
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{resource}-policy", metadata={"name": name}, spec=spec, opts=opts
+        )
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{resource}-binding",
+            metadata={"name": name},
+            spec={"policyName": name, "validationActions": ["Deny"], "matchResources": match},
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[policy])),
+        )
 
     def _priority_policy(self, team: Team, prefix: str, opts: pulumi.ResourceOptions) -> None:
         allowed = team.priority_classes or [pc.name for pc in self._args.scheduling.priority_classes]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -202,6 +203,47 @@ def _quota_reach_problems(s: Settings, add) -> None:
                     )
 
 
+def _tenancy_problems(s: Settings, add) -> None:
+    """What the team namespaces' quota and network policy are built from: StorageClasses that exist, egress
+    that leaves the cluster, and backup claims that fit their team's storage quota."""
+    classes = {s.storage.ceph.block_storage_class, s.storage.ceph.shared_storage_class, s.gpu.tier1.storage_class_name}
+    inside = [s.network.cluster_cidr, s.network.service_cidr]
+    teams = {ns: (i, team) for i, team in enumerate(s.scheduling.teams) for ns in team.namespace_names}
+    for i, team in enumerate(s.scheduling.teams):
+        for klass in team.storage:
+            if klass not in classes:
+                add(
+                    f"scheduling.teams[{i}].storage.{klass}: not a StorageClass of the platform; name one of "
+                    f"{', '.join(sorted(classes))}"
+                )
+        for j, cidr in enumerate(team.egress_cidrs):
+            network = ipaddress.ip_network(cidr)
+            for cluster in inside:
+                if network.subnet_of(ipaddress.ip_network(cluster)):
+                    add(
+                        f"scheduling.teams[{i}].egressCidrs[{j}]: {cidr} lies inside the cluster network {cluster}; "
+                        "egressCidrs are for addresses outside the cluster (a team reaches its own pods already)"
+                    )
+    tenant_cpu = [n for n in s.nodes if n.role == "cpu" and not n.control_plane and not n.storage_host]
+    cpu_teams = [i for i, team in enumerate(s.scheduling.teams) if CPU_FLAVOR in team.quotas]
+    if s.scheduling.tenant_nodes_only and cpu_teams and not tenant_cpu:
+        add(
+            f"scheduling.teams[{cpu_teams[0]}].quotas.cpu: every CPU node is an RKE2 server or a Ceph storage host, "
+            "and team workloads run on neither (scheduling.tenantNodesOnly): add CPU nodes without osdDevices, or "
+            "set scheduling.tenantNodesOnly: false to let team pods share them"
+        )
+    for j, source in enumerate(s.storage.minio.backup.sources):
+        if source.namespace in teams:
+            i, team = teams[source.namespace]
+            allowed = team.storage.get(source.storage_class, "0")
+            if quantity_value(source.size) > quantity_value(allowed):
+                add(
+                    f"storage.minio.backup.sources[{j}].size: {source.size} of {source.storage_class} in "
+                    f"{source.namespace}, but team {team.name!r} may claim {allowed} there; raise "
+                    f"scheduling.teams[{i}].storage.{source.storage_class}"
+                )
+
+
 def _quantity_is_zero(quantity: str) -> bool:
     return float(quantity.rstrip("kmMGTPi") or 0) == 0
 
@@ -226,4 +268,10 @@ RULES = (
     rule(_gpu_model_problems, "one spelling per GPU model", "nodes", "nodes"),
     rule(_quota_problems, "the teams' GPU quotas against the GPU nodes", "scheduling nodes gpu", "nodes scheduling"),
     rule(_quota_reach_problems, "what each team's quota can admit", "scheduling nodes gpu", "nodes"),
+    rule(
+        _tenancy_problems,
+        "the teams' storage classes, egress, backup claims and nodes",
+        "scheduling storage gpu network nodes",
+        "nodes",
+    ),
 )

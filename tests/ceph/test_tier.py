@@ -151,10 +151,14 @@ def test_ceph_daemons_are_pinned_to_nodes_only_storage_hosts_carry(prod_plan):
     # The label ClusterBootstrap sets: on every storage host, on no GPU node.
     labelled = {n.name for n in s.nodes if node_labels(n).get(STORAGE_LABEL) == "true"}
     assert labelled == {n.name for n in s.storage_hosts}
-    # No Ceph daemon tolerates the GPU taint, so none can land on a GPU node.
-    assert "tolerations" not in json.dumps(spec["placement"])
+    # Every Ceph daemon tolerates the storage hosts' taint, and no other, so none can land on a GPU node.
+    storage_taint = {"key": STORAGE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+    assert spec["placement"]["all"]["tolerations"] == [storage_taint]
+    assert "nvidia.com/gpu" not in json.dumps(spec["placement"])
     (fs,) = values(prod_plan, CLUSTER)["cephFileSystems"]
-    assert fs["spec"]["metadataServer"]["placement"]["nodeAffinity"] == spec["placement"]["all"]["nodeAffinity"]
+    mds = fs["spec"]["metadataServer"]["placement"]
+    assert mds["nodeAffinity"] == spec["placement"]["all"]["nodeAffinity"]
+    assert mds["tolerations"] == [storage_taint]
 
 
 @pytest.mark.parametrize(("stack", "mons"), [("prod", 5), ("lab", 3)])
@@ -267,6 +271,9 @@ def test_storage_classes_come_from_settings():
         )
         for source in raw["storage"]["minio"]["backup"]["sources"]:  # backups name the shared class too
             source["storageClass"] = "datasets-rwx"
+        names = {"tier2-block": "datasets-rwo", "tier2-shared": "datasets-rwx"}
+        for team in raw["scheduling"]["teams"]:  # and the teams' storage quotas
+            team["storage"] = {names.get(k, k): v for k, v in team.get("storage", {}).items()}
 
     plan = evaluate("prod", rename)
     cluster = values(plan, CLUSTER)

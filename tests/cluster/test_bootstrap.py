@@ -120,8 +120,17 @@ def test_labels_and_taints_are_server_side_applied_node_patches(prod_plan):
     assert labels["ml-platform.io/role"] == "gpu" and labels["node-role.kubernetes.io/gpu"] == "true"
     assert gpu["inputs"]["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
     assert gpu["inputs"]["metadata"]["annotations"]["pulumi.com/patchForce"] == "true"
-    # A CPU node has no taints in settings: its patch leaves the Node's taint list alone (it is atomic).
-    assert "spec" not in patches["cpu-10-labels-taints"]["inputs"]
+    # A CPU node that is neither a server nor a storage host has no taints: its patch leaves the Node's taint
+    # list alone (it is atomic). Servers and storage hosts get theirs (scheduling.tenantNodesOnly, prod).
+    assert "spec" not in patches["cpu-20-labels-taints"]["inputs"]
+    assert patches["cpu-20-labels-taints"]["inputs"]["metadata"]["labels"]["ml-platform.io/tenant-workloads"] == "true"
+    assert patches["cpu-01-labels-taints"]["inputs"]["spec"]["taints"] == [
+        {"key": "node-role.kubernetes.io/control-plane", "value": "", "effect": "NoSchedule"}
+    ]
+    assert patches["cpu-10-labels-taints"]["inputs"]["spec"]["taints"] == [
+        {"key": "ml-platform.io/ceph-storage", "value": "true", "effect": "NoSchedule"}
+    ]
+    assert "ml-platform.io/tenant-workloads" not in patches["cpu-10-labels-taints"]["inputs"]["metadata"]["labels"]
     # Applied once the node registered (its RKE2 step), through the cluster's provider; a removed node's
     # Node is deleted by its membership's delete, so the patch is retained, not taken back.
     assert prod_plan.named("gpu-01-rke2")["urn"] in gpu["dependencies"]

@@ -373,12 +373,14 @@ def test_one_teams_credential_cannot_reach_another_teams_namespaces(prod_plan):
                 "serviceaccounts/token",
             }
             assert not {"escalate", "bind", "impersonate", "*"} & {v for rule in rules for v in rule["verbs"]}
-    # Groups, too, are bound only inside their own team's namespaces.
+    # Groups, too, are bound only inside their own team's namespaces, under the groups prefix (no OIDC in prod:
+    # `scheduling.groupsPrefix`), so an unprefixed group (a client certificate's O=) matches no team.
     groups = stack_doc("prod")["scheduling"]["teams"]
     for team in groups:
         for group in team["groups"]:
-            reachable = {b["metadata"]["namespace"] for b in _bindings_of(prod_plan, {"kind": "Group", "name": group})}
-            assert reachable == set(teams[team["name"]])
+            assert not _bindings_of(prod_plan, {"kind": "Group", "name": group})
+            bound = _bindings_of(prod_plan, {"kind": "Group", "name": f"oidc:{group}"})
+            assert {b["metadata"]["namespace"] for b in bound} == set(teams[team["name"]])
 
 
 def test_priority_classes_and_the_policy_that_limits_a_team_to_its_own(prod_plan):
@@ -398,8 +400,8 @@ def test_limit_range_gives_defaults_so_no_pod_escapes_kueue_accounting(prod_plan
     assert {r["metadata"]["namespace"] for r in ranges} == {"llm-train", "llm-eval", "vision", "research"}
     assert all(r["spec"]["limits"][0]["defaultRequest"]["cpu"] for r in ranges)
     quotas = [r["inputs"]["spec"]["hard"] for r in prod_plan.by_type("kubernetes:core/v1:ResourceQuota")]
-    # Kueue is the only compute quota: the namespace quota counts objects only.
-    assert quotas and all(not any(k.startswith(("requests.", "limits.", "cpu", "memory")) for k in q) for q in quotas)
+    # The compute backstop counts requests only (Kueue accounts requests; tests/scheduling/test_tenancy.py).
+    assert quotas and all(not any(k.startswith(("limits.", "cpu", "memory")) for k in q) for q in quotas)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -676,16 +678,17 @@ def test_example_fits_the_prod_teams_queues_and_gangs(name, doc, prod_plan):
 
 
 def limit_ranged(container: dict, limit_range: dict) -> dict:
-    """The container's resources after the LimitRanger admission plugin's defaulting
-    (plugin/pkg/admission/limitranger): a missing limit takes `default`, a missing request takes
-    `defaultRequest` (or the limit, the API server's own defaulting)."""
+    """The container's resources after the API server's defaulting (a request missing where the container
+    sets a limit takes the limit, when the pod is decoded) and then the LimitRanger admission plugin's
+    (plugin/pkg/admission/limitranger `defaultContainerResourceRequirements`: a missing limit takes
+    `default`, a missing request `defaultRequest`)."""
     limits = dict(container.get("resources", {}).get("limits", {}))
     requests = dict(container.get("resources", {}).get("requests", {}))
+    for resource in limits:
+        requests.setdefault(resource, limits[resource])
     for item in limit_range["spec"]["limits"]:
         for resource, value in item.get("default", {}).items():
             limits.setdefault(resource, value)
-        for resource in limits:
-            requests.setdefault(resource, limits[resource])
         for resource, value in item.get("defaultRequest", {}).items():
             requests.setdefault(resource, value)
     return {"limits": limits, "requests": requests}
@@ -805,11 +808,10 @@ def test_a_request_only_pod_is_admitted_under_the_limit_range(prod_plan):
     }
     assert resource_problems(limit_ranged(big, limit_range)) == []
     bare = limit_ranged({"name": "c"}, limit_range)
-    assert bare["requests"] == {"cpu": "1", "memory": "2Gi"}  # no pod escapes Kueue's accounting
-    # The emulation can refuse: a default memory limit of 2Gi (what the LimitRange had) breaks it.
-    old = {
-        "spec": {"limits": [{"type": "Container", "default": {"memory": "2Gi"}, **limit_range["spec"]["limits"][0]}]}
-    }
+    assert bare["requests"] == {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "1Gi"}  # no pod escapes Kueue
+    assert bare["limits"]["memory"] and bare["limits"]["ephemeral-storage"]
+    # The emulation can refuse: a default memory limit of 2Gi (the default request) breaks it.
+    old = {"spec": {"limits": [{**limit_range["spec"]["limits"][0], "default": {"memory": "2Gi"}}]}}
     assert resource_problems(limit_ranged(big, old)) == ["memory: request 200Gi > limit 2Gi"]
 
 
@@ -921,7 +923,8 @@ def test_renaming_a_team_that_keeps_its_namespaces_keeps_its_namespaced_objects(
     def namespaced(plan):
         return {r["name"] for r in plan.resources if r["name"].startswith("scheduling-ns-vision")}
 
-    assert namespaced(prod_plan) == namespaced(renamed) and len(namespaced(prod_plan)) == 6
+    # namespace, LocalQueue, Role, RoleBinding, LimitRange, two ResourceQuotas, four NetworkPolicies, the API policy
+    assert namespaced(prod_plan) == namespaced(renamed) and len(namespaced(prod_plan)) == 12
     ns = renamed.named("scheduling-ns-vision")["inputs"]["metadata"]
     assert ns["labels"][TEAM_LABEL] == "vision-cv"
     assert renamed.named("scheduling-ns-vision-localqueue")["inputs"]["spec"] == {"clusterQueue": "vision-cv"}

@@ -1,0 +1,236 @@
+"""What keeps one team from harming another or the platform: its namespaces' capacity backstop (a
+ResourceQuota sized from its Kueue quota, the LimitRange) and the admission policies that close the ways
+around Kueue and around the platform's hosts. Plain values, no resources: `stack.py` creates those; the
+NetworkPolicies are in `network.py`. docs/teams.md ("What a team cannot do") says the same for people.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from components.cluster.config import CONTROL_PLANE_TAINT, STORAGE_TAINT, taint_key
+from components.scheduling.config import GPU_RESOURCE, HOSTNAME_LABEL
+from settings import NodeSettings, SchedulingSettings
+from settings.scheduling import FlavorQuota, Team, quantity_value
+
+# Labels and taint keys that mark the platform's own hosts: a team pod may neither select nor tolerate them.
+# The taints the Node patch puts on servers and storage hosts; RKE2's role labels on servers (and its
+# `master`/`etcd` taints on sites that add them); `CriticalAddonsOnly`, the taint RKE2's docs give for
+# dedicated servers; the platform's own role labels. TENANT_NODE_LABEL, on the other CPU nodes, is what the
+# cpu ResourceFlavor selects (components/cluster/config.py `managed_labels`).
+PLATFORM_HOST_KEYS = [
+    taint_key(CONTROL_PLANE_TAINT),
+    "node-role.kubernetes.io/master",
+    "node-role.kubernetes.io/etcd",
+    "CriticalAddonsOnly",
+    "ml-platform.io/control-plane",
+    taint_key(STORAGE_TAINT),
+]
+
+# Kueue v0.19.2 lets through, ungated and uncounted, any object whose controlling owner is of a kind it
+# manages (pkg/controller/jobs/pod/pod_webhook.go: "Do not suspend a Pod whose owner is already managed by
+# Kueue", via jobframework.FindAncestorJobManagedByKueue in pkg/controller/jobframework/reconciler.go, which
+# stops at a UID mismatch but calls "same-namespace ownership spoofing out of scope"; the owner kinds are the
+# enabled integrations' exact apiVersion/kind, integrationmanager.go `getJobTypeForOwner`). The apiVersion and
+# kind of each framework this platform enables (`kueue_frameworks`).
+FRAMEWORK_KINDS = {
+    "batch/job": ("batch", "jobs", "batch/v1", "Job"),
+    "pod": ("", "pods", "v1", "Pod"),
+    "jobset.x-k8s.io/jobset": ("jobset.x-k8s.io", "jobsets", "jobset.x-k8s.io/v1alpha2", "JobSet"),
+    "trainer.kubeflow.org/trainjob": ("trainer.kubeflow.org", "trainjobs", "trainer.kubeflow.org/v1alpha1", "TrainJob"),
+    "ray.io/rayjob": ("ray.io", "rayjobs", "ray.io/v1", "RayJob"),
+    "ray.io/raycluster": ("ray.io", "rayclusters", "ray.io/v1", "RayCluster"),
+}
+
+
+def quantity(value: float) -> str:
+    """Bytes in the largest binary unit that divides them exactly (`15Ti`, `28800Gi`)."""
+    number = int(round(value))
+    for suffix, size in (("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if number and number % size == 0:
+            return f"{number // size}{suffix}"
+    return str(number)
+
+
+def _field(resource: str) -> str:
+    return {"cpu": "cpu", "memory": "memory", GPU_RESOURCE: "gpus"}[resource]
+
+
+def _amount(quota: Any, resource: str) -> float:
+    value = getattr(quota, _field(resource))
+    return quantity_value(value) if resource == "memory" else float(value)
+
+
+def _limit(limit: Any, resource: str) -> Optional[float]:
+    value = getattr(limit, _field(resource)) if limit is not None else None
+    if value is None:
+        return None
+    return quantity_value(value) if resource == "memory" else float(value)
+
+
+def ceiling(team: Team, sched: SchedulingSettings, flavor: str, resource: str) -> float:
+    """The most of `resource` on `flavor` Kueue can ever have admitted for the team: its nominal quota plus
+    what it may borrow, which is at most its borrowingLimit and at most what the other teams of the cohort
+    lend there (their lendingLimit, or their whole nominal quota)."""
+    own: FlavorQuota = team.quotas[flavor]
+    nominal = _amount(own, resource)
+    if sched.cohort is None:
+        return nominal
+    lendable = 0.0
+    for other in sched.teams:
+        if other.name != team.name and flavor in other.quotas:
+            theirs = other.quotas[flavor]
+            lent = _limit(theirs.lending_limit, resource)
+            lendable += lent if lent is not None else _amount(theirs, resource)
+    borrowing = _limit(own.borrowing_limit, resource)
+    return nominal + (lendable if borrowing is None else min(borrowing, lendable))
+
+
+def team_ceilings(team: Team, sched: SchedulingSettings) -> dict[str, float]:
+    """`ceiling` summed over the team's flavors, per resource Kueue covers."""
+    return {r: sum(ceiling(team, sched, f, r) for f in team.quotas) for r in ("cpu", "memory", GPU_RESOURCE)}
+
+
+def compute_quota(team: Team, sched: SchedulingSettings, storage_classes: Sequence[str]) -> dict[str, str]:
+    """The namespace ResourceQuota `compute`: the backstop for what bypasses Kueue. Requests only (Kueue
+    accounts requests; a quota on limits would count each container's default limit, see `limit_range`),
+    sized at the team's Kueue ceiling, so admitted work always fits and unadmitted pods cannot add to it.
+    Each of a team's namespaces gets the whole team's ceiling: Kueue may admit all of it in any one of them."""
+    ceilings = team_ceilings(team, sched)
+    hard = {
+        "requests.cpu": quantity_value_text(ceilings["cpu"]),
+        "requests.memory": quantity(ceilings["memory"]),
+        f"requests.{GPU_RESOURCE}": quantity_value_text(ceilings[GPU_RESOURCE]),
+        "requests.ephemeral-storage": team.ephemeral_storage,
+        "requests.storage": quantity(sum(quantity_value(v) for v in team.storage.values())),
+    }
+    for klass in sorted({*storage_classes, *team.storage}):
+        allowed = team.storage.get(klass, "0")
+        hard[f"{klass}.storageclass.storage.k8s.io/requests.storage"] = allowed
+        if quantity_value(allowed) == 0:
+            hard[f"{klass}.storageclass.storage.k8s.io/persistentvolumeclaims"] = "0"
+    return hard
+
+
+def quantity_value_text(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{int(value * 1000)}m"
+
+
+def limit_range(team: Team, sched: SchedulingSettings) -> dict[str, Any]:
+    """Per container: default requests (no pod escapes Kueue's accounting with zero), and memory and
+    ephemeral-storage limits. The default limit must not fall below any request a container may make
+    without a limit (a 200Gi request-only training container is refused if the default limit is smaller),
+    so it is the most Kueue could admit on one flavor, which is also the `max`: a larger container could
+    never run, and is refused at once instead of waiting forever."""
+    memory = max(ceiling(team, sched, f, "memory") for f in team.quotas)
+    limits = {"memory": quantity(memory), "ephemeral-storage": team.ephemeral_storage}
+    return {
+        "type": "Container",
+        "defaultRequest": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "1Gi"},
+        "default": limits,
+        "max": limits,
+    }
+
+
+def _cel_list(values: Sequence[str]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def managed_kinds(frameworks: Sequence[str]) -> list[tuple[str, str, str, str]]:
+    return [FRAMEWORK_KINDS[f] for f in frameworks]
+
+
+def team_identity(team: Team, groups: Sequence[str]) -> str:
+    """CEL: the request comes from one of the team's identities: a member of its groups (as the API server
+    sees them, prefixed), or any ServiceAccount of its namespaces (whoever may create pods there may run
+    them as any of those accounts)."""
+    accounts = " || ".join(
+        f"request.userInfo.username.startsWith('system:serviceaccount:{ns}:')" for ns in team.namespace_names
+    )
+    if not groups:
+        return accounts
+    return (
+        f"{accounts} || (has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in {_cel_list(groups)}))"
+    )
+
+
+def owner_policy_spec(team: Team, groups: Sequence[str], frameworks: Sequence[str]) -> dict[str, Any]:
+    """Admission refuses a team identity's workload object that names an owner of a kind Kueue manages
+    (see FRAMEWORK_KINDS): only the operators' controllers create such children, and Kueue skips them."""
+    kinds = managed_kinds(frameworks)
+    owners = _cel_list([f"{api}/{kind}" for _, _, api, kind in kinds])
+    groups_of = sorted({group for group, *_ in kinds})
+    return {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [group],
+                    "apiVersions": ["*"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": sorted(r for g, r, *_ in kinds if g == group),
+                }
+                for group in groups_of
+            ]
+        },
+        "matchConditions": [{"name": "team-identity", "expression": team_identity(team, groups)}],
+        "validations": [
+            {
+                "expression": "!has(object.metadata.ownerReferences) || !object.metadata.ownerReferences.exists(r, "
+                f"r.apiVersion + '/' + r.kind in {owners})",
+                "message": f"team {team.name} may not create workloads owned by a workload (ownerReferences to "
+                f"{', '.join(f'{api}/{kind}' for _, _, api, kind in kinds)}): Kueue would neither queue nor count "
+                "them; submit the workload itself",
+            }
+        ],
+    }
+
+
+def placement_policy_spec(nodes: Sequence[NodeSettings]) -> dict[str, Any]:
+    """Admission refuses a pod in a team namespace that names a node, tolerates the platform hosts' taints
+    (or every taint) or selects a server or storage host by label or name. Every pod, whoever creates it:
+    a Job's pods are made by the job controller from the team's template."""
+    hosts = sorted(n.name for n in nodes if n.control_plane or n.storage_host)
+    keys, names = _cel_list(PLATFORM_HOST_KEYS), _cel_list(hosts)
+    required = "object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    terms = (
+        f"!has(object.spec.affinity) || !has(object.spec.affinity.nodeAffinity) || !has({required}) || "
+        f"{required}.nodeSelectorTerms.all(t, "
+        f"(!has(t.matchExpressions) || t.matchExpressions.all(e, !(e.key in {keys}) && !(e.key == '{HOSTNAME_LABEL}' "
+        f"&& e.operator == 'In' && has(e.values) && e.values.exists(v, v in {names})))) && "
+        "(!has(t.matchFields) || t.matchFields.all(e, !(e.key == 'metadata.name' && e.operator == 'In' "
+        f"&& has(e.values) && e.values.exists(v, v in {names})))))"
+    )
+    return {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}
+            ]
+        },
+        "validations": [
+            {
+                "expression": "request.operation != 'CREATE' || !has(object.spec.nodeName) "
+                "|| object.spec.nodeName == ''",
+                "message": "a team pod may not name its node (spec.nodeName): the scheduler places it",
+            },
+            {
+                "expression": "!has(object.spec.tolerations) || !object.spec.tolerations.exists(t, "
+                f"(has(t.key) && t.key in {keys}) || ((!has(t.key) || t.key == '') && has(t.operator) "
+                "&& t.operator == 'Exists'))",
+                "message": "a team pod may not tolerate the taints of the platform's servers and storage hosts "
+                f"({', '.join(PLATFORM_HOST_KEYS)}), nor every taint (a toleration without a key)",
+            },
+            {
+                "expression": "!has(object.spec.nodeSelector) || object.spec.nodeSelector.all(k, !(k in "
+                f"{keys}) && !(k == '{HOSTNAME_LABEL}' && object.spec.nodeSelector[k] in {names}))",
+                "message": "a team pod may not select the platform's servers or storage hosts (spec.nodeSelector)",
+            },
+            {
+                "expression": terms,
+                "message": "a team pod may not require the platform's servers or storage hosts "
+                "(spec.affinity.nodeAffinity)",
+            },
+        ],
+    }
