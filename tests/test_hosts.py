@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import random
+import shlex
 import shutil
 import subprocess
 import sys
@@ -205,25 +206,39 @@ def test_node_removal_runs_the_delete_commands(hosts):
 
 # --- drift: the drift probe (components/acceptance/checks/drift-probe.sh) on the machines, `python -m stacks.drift` ---
 
-PROBE = Path(__file__).resolve().parent.parent / "components" / "checks" / "drift-probe.sh"
+PROBE = Path(__file__).resolve().parent.parent / "components" / "acceptance" / "checks" / "drift-probe.sh"
 STANDIN_SYS = "/run/ml-platform-standin/sys"
+STANDIN_PROC = "/run/ml-platform-standin/proc"
+SYSCTL_RECORD = "/run/ml-platform-standin/sysctl"  # where the sysctl stand-in records what it would apply
 
 
 def _drift(hosts) -> list[str]:
-    from components.acceptance import DRIFT_FILES
+    from components.acceptance.drift import probe_environment
 
     settings = inventory.load_settings(hosts.stack.config_file)
     gpu_nodes = {n.name for n in settings.nodes if n.gpu is not None}
+    # Stand-ins (standins.STANDINS): the kernel's view as the probe would read it on a bare-metal host. The
+    # modules the modprobe stand-in "loaded" (/sys/module here), the sysctls the sysctl stand-in recorded as
+    # /proc/sys files, and on GPU nodes the loaded NVIDIA driver's version.
+    kernel_view = (
+        f"mkdir -p {STANDIN_SYS}/module {STANDIN_PROC}/sys && "
+        f"for m in /sys/module/*; do mkdir -p {STANDIN_SYS}/module/${{m##*/}}; done && "
+        f"if [ -f {SYSCTL_RECORD} ]; then while IFS= read -r line; do key=${{line%% = *}}; "
+        f'f={STANDIN_PROC}/sys/$(printf %s "$key" | tr . /); mkdir -p "${{f%/*}}"; '
+        f'printf \'%s\\n\' "${{line#* = }}" > "$f"; done < {SYSCTL_RECORD}; fi'
+    )
+    params = {**probe_environment(), "HOST": "/", "SYS": STANDIN_SYS, "PROC": STANDIN_PROC, "ONCE": "true"}
 
     def probe_output(node: str) -> list[str]:
         address = hosts.nodes()[node]
+        view = hosts.ssh.sudo(address, kernel_view)
+        assert view.returncode == 0, view.stderr
         if node in gpu_nodes:
-            # Stand-in: the loaded NVIDIA driver's version (standins.STANDINS["GPUs"]).
             version = f"{STANDIN_SYS}/module/nvidia/version"
             hosts.ssh.sudo(
                 address, f"mkdir -p {STANDIN_SYS}/module/nvidia && echo {settings.gpu.driver.version} > {version}"
             )
-        env = f"NODE_NAME={node} HOST=/ SYS={STANDIN_SYS} ONCE=true FILES='{' '.join(DRIFT_FILES)}'"
+        env = " ".join(f"{key}={shlex.quote(value)}" for key, value in {**params, "NODE_NAME": node}.items())
         proc = hosts.ssh.sudo(address, f"env {env} sh -s <<'PROBE'\n{PROBE.read_text()}\nPROBE\n")
         assert proc.returncode == 0, proc.stderr
         return proc.stdout.splitlines()
@@ -269,20 +284,20 @@ DRIFT_CASES = {
         "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tree >/dev/null",
         "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q tree >/dev/null",
         "tree",
-        "the probe's fingerprint has no package list",
+        "the probe reports the versions of the packages the program installs (PACKAGES), not one added beside them",
     ),
     "RKE2 config drop-in added": (
         "mkdir -p /etc/rancher/rke2/config.yaml.d && echo 'kubelet-arg: [max-pods=500]' "
         "> /etc/rancher/rke2/config.yaml.d/50-by-hand.yaml",
         "rm -rf /etc/rancher/rke2/config.yaml.d",
         "config.yaml.d",
-        "the probe hashes a fixed file list (DRIFT_FILES); RKE2 also reads config.yaml.d/*.yaml",
+        None,
     ),
     "modules-load file added": (
         "echo ip_vs > /etc/modules-load.d/by-hand.conf",
         "rm -f /etc/modules-load.d/by-hand.conf",
         "modules-load.d",
-        "the probe hashes only /etc/modules-load.d/ml-platform.conf, not the other files in that directory",
+        None,
     ),
 }
 
