@@ -45,17 +45,7 @@ def _storage_problems(s: Settings, add) -> None:
     if mons % 2 == 0 or mons < 3:
         add(f"storage.ceph.monCount: {mons}; MON quorum needs an odd count of at least 3 (3 or 5)")
     ceph = s.storage.ceph
-    if ceph.block_storage_class == ceph.shared_storage_class:
-        add(
-            f"storage.ceph.sharedStorageClass: {ceph.shared_storage_class!r} is also the block storage class; "
-            "give the CephFS and RBD storage classes different names"
-        )
-    for field, name in (
-        ("blockStorageClass", ceph.block_storage_class),
-        ("sharedStorageClass", ceph.shared_storage_class),
-    ):
-        if name == s.gpu.tier1.storage_class_name:
-            add(f"storage.ceph.{field}: {name!r} is also gpu.tier1.storageClassName; give tier 2 its own name")
+    # Two classes of one name (tier 1 and tier 2, or RBD and CephFS): the claims rule (storage-class claims).
     if not re.fullmatch(r"([^\s@]+/)?[^\s@:/]+:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", ceph.ceph_image):
         add(
             f"storage.ceph.cephImage: {ceph.ceph_image!r} is not '<repository>:<tag>'; give a pinned tag such as "
