@@ -33,7 +33,8 @@ ClaimKind = Literal["namespace", "cidr", "ipv4", "device", "bucket", "port", "ho
 class Claim:
     """The field's value is something only it may hold: `kind` (what it is), `network` (for CIDRs and addresses:
     which network it belongs to: ethernet, pod, service, infiniband, ipoib-pods), `scope` (`host`: unique per
-    host, the enclosing `nodes[i]` or `nas.hosts[i]`; `cluster`: unique in the cluster; ports: the port space)."""
+    host, the enclosing `nodes[i]` or `nas.hosts[i]`; `cluster`: unique in the cluster; ports: the port space;
+    `shared:<group>`: fields of one group may hold the same value, which their component then creates once)."""
 
     kind: ClaimKind
     network: str = ""

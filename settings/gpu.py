@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from settings.declare import none, replaces, restarts
-from settings.types import Model, Namespace, StorageClassName, Version
+from settings.declare import Claim, none, replaces, restarts
+from settings.types import Model, Name, StorageClassName, Version
+
+# The GPU Operator and the tier-1 provisioner may share one namespace: GpuPool then creates it once.
+GpuNamespace = Annotated[Name, Claim("namespace", scope="shared:gpu")]
 
 
 class GpuDriver(Model):
@@ -41,7 +44,7 @@ class Tier1Settings(Model):
     """Where the NVMe devices are mounted for the provisioner, `<mountRoot>/<device basename>`."""
     fs_type: Literal["xfs", "ext4"] = "xfs"
     """Filesystem for devices marked `format: true` (existing ones stay as they are)."""
-    namespace: Namespace = "tier1-storage"
+    namespace: GpuNamespace = "tier1-storage"
     """Namespace of the local static provisioner (privileged: it mounts host paths and cleans volumes)."""
 
     CHANGES: ClassVar = {
@@ -55,7 +58,7 @@ class Tier1Settings(Model):
 
 
 class GpuSettings(Model):
-    namespace: Namespace = "gpu-operator"
+    namespace: GpuNamespace = "gpu-operator"
     """Namespace of the GPU Operator."""
     driver: GpuDriver
     """Where the NVIDIA driver comes from."""

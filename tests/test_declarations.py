@@ -27,6 +27,8 @@ CLAIM_TYPES = (IPv4, IPv4Network, DevicePath, Host)
 NOT_CLAIMS = {
     ("Oidc", "username_claim"): "an OIDC token claim's name",
     ("ClusterUpgrade", "upgrade_image"): "an image repository",
+    ("Team", "egress_cidrs"): "destinations outside the cluster a team may reach (0.0.0.0/0 included); the team's "
+    "egress NetworkPolicy excepts the cluster's own ranges, so they claim no range",
 }
 
 

@@ -71,6 +71,8 @@ def _collisions(everything: list[Held], add) -> None:
         other = first.setdefault(key, held)
         if other is held:
             continue
+        if held.claim.scope.startswith("shared:") and held.claim.scope == other.claim.scope:
+            continue  # fields of one component that may name the same thing (the component creates it once)
         where = f" (another host: {other.host})" if held.claim.kind == "device" and held.host != other.host else ""
         add(
             f"{held.path}: {held.claim.kind} {held.value!r} is also claimed by {other.path}{where}; "
