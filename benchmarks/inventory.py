@@ -190,7 +190,9 @@ def inventory(total: int, *, pinned: bool = True, gpu_share: float = GPU_SHARE) 
             quota["gpus"] = min(quota.get("gpus", 0), capacity * replicas)
             if quota.get("lendingLimit", {}).get("gpus") is not None:
                 quota["lendingLimit"]["gpus"] = min(quota["lendingLimit"]["gpus"], quota["gpus"])
-    raw["scheduling"] = {**scheduling, "allowOvercommit": True}
+    # A site so small that every CPU node is a server or a storage host lets team pods share them (as the lab).
+    tenant_nodes = any(n.get("role") == "cpu" and not n.get("controlPlane") and not n.get("osdDevices") for n in nodes)
+    raw["scheduling"] = {**scheduling, "allowOvercommit": True, "tenantNodesOnly": tenant_nodes}
     return raw
 
 

@@ -40,7 +40,12 @@ H100 = "nvidia-h100-80gb-hbm3"
 
 
 def kueue(plan: engine.Plan, kind: str) -> list[dict[str, Any]]:
-    return [r["inputs"] for r in plan.by_type(f"kubernetes:kueue.x-k8s.io/v1beta2:{kind}")]
+    """The SchedulingStack's Kueue objects of `kind` (the acceptance checks' own gang queue is theirs, not a team's)."""
+    return [
+        r["inputs"]
+        for r in plan.by_type(f"kubernetes:kueue.x-k8s.io/v1beta2:{kind}")
+        if "AcceptanceChecks" not in (r["parent"] or "")
+    ]
 
 
 def with_topology(raw: dict) -> None:
@@ -146,6 +151,8 @@ def test_kueue_manager_config_keeps_the_charts_settings_and_adds_the_platforms(p
 def test_wait_for_pods_ready_comes_from_settings():
     def mutate(raw):
         raw["scheduling"]["waitForPodsReady"] = {"timeoutSeconds": 300, "backoffLimitCount": 5}
+        # The gang check must give up before Kueue would evict it (a settings rule): below the 300 s.
+        raw.setdefault("acceptance", {}).setdefault("scheduling", {})["timeoutSeconds"] = 240
 
     plan = evaluate("lab", mutate)
     config = yaml.safe_load(_release(plan, "kueue")["values"]["managerConfig"]["controllerManagerConfigYaml"])
@@ -159,15 +166,18 @@ def test_volcano_never_evicts_and_has_no_queue_of_its_own(prod_plan):
     assert "allocate" in actions and not {"preempt", "reclaim"} & set(actions)
     plugins = {p["name"]: p for tier in conf["tiers"] for p in tier["plugins"]}
     assert "gang" in plugins and plugins["gang"]["enablePreemptable"] is False
-    # No Volcano Queue objects: only the scheduler's own permissive `default` queue (no capability).
-    assert not [r for r in prod_plan.resources if "scheduling.volcano.sh" in r["type"]]
+    # No Volcano Queue objects: only the scheduler's own permissive `default` queue (no capability). The one
+    # Volcano object is the gang check's PodGroup.
+    volcano = [r for r in prod_plan.resources if "scheduling.volcano.sh" in r["type"]]
+    assert [r["type"].rsplit(":", 1)[1] for r in volcano] == ["PodGroup"]
 
 
 def test_custom_resources_wait_for_the_charts_that_install_their_crds(prod_plan):
     kueue_urn = prod_plan.named("scheduling-kueue")["urn"]
     for r in prod_plan.resources:
-        if r["type"].startswith("kubernetes:kueue.x-k8s.io/"):
+        if r["type"].startswith("kubernetes:kueue.x-k8s.io/") and "AcceptanceChecks" not in (r["parent"] or ""):
             assert kueue_urn in r["dependencies"], r["name"]
+    # The acceptance checks' own queue waits for their namespace, which waits for the whole platform.
 
 
 # ---------------------------------------------------------------------------------------------
@@ -433,11 +443,11 @@ BAD_INPUTS = {
     ),
     "duplicate namespace": (
         lambda raw: _teams(raw)[1].update({"namespaces": ["llm-eval"]}),
-        "scheduling.teams[1].namespaces[0]: namespace 'llm-eval' belongs to more than one team",
+        "scheduling.teams[1].namespaces[0]: namespace 'llm-eval' is also claimed by scheduling.teams[0].namespaces[1]",
     ),
     "platform namespace": (
         lambda raw: _teams(raw)[2].update({"namespaces": ["rook-ceph"]}),
-        "scheduling.teams[2].namespaces[0]: namespace 'rook-ceph' is a platform namespace",
+        "scheduling.teams[2].namespaces[0]: namespace 'rook-ceph' is also claimed by storage.ceph.namespace",
     ),
     "undefined priority class": (
         lambda raw: _teams(raw)[2].update({"priorityClasses": ["urgent"]}),
@@ -893,6 +903,8 @@ def test_every_gpu_flavor_selects_exactly_the_nodes_of_its_model():
 
 def test_a_local_queue_is_replaced_when_its_cluster_queue_changes(prod_plan):
     for q in prod_plan.by_type("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue"):
+        if "AcceptanceChecks" in (q["parent"] or ""):
+            continue  # the gang check's queue: its ClusterQueue is its own and never renamed
         options = prod_plan.options[q["urn"]]
         # spec.clusterQueue is immutable (CRD CEL `self == oldSelf`): an update would be rejected.
         assert options["replaceOnChanges"] == ["spec.clusterQueue"], q["name"]
@@ -958,8 +970,8 @@ def test_a_team_given_a_namespace_the_program_creates_is_refused(namespace, crea
 
     proc, out = run_plan(tmp_path, grab)
     assert proc.returncode == 2 and not out.exists(), proc.stdout
-    assert f"teams[1] (vision).namespaces[0]: namespace {namespace!r} is a platform namespace" in proc.stderr or (
-        f"teams[1].namespaces[0]: namespace {namespace!r} is a platform namespace" in proc.stderr
-    )
+    # Refused by the claims rule (reserved, or claimed by the setting that names it) or by the plan check.
+    assert f"namespace {namespace!r}" in proc.stderr and "teams[1]" in proc.stderr, proc.stderr
     # Those a setting names are refused by the settings rules; the others by the plan check, naming the creator.
-    assert creator in proc.stderr or namespace in platform_namespaces(load(stack_doc("prod")))
+    named = creator in proc.stderr or "is reserved" in proc.stderr
+    assert named or namespace in platform_namespaces(load(stack_doc("prod")))
