@@ -1,5 +1,3 @@
-
-
 def staged_bundle(home):
     """`home` as a host's SSH user home after its `-scripts` step: the bundle of host scripts copied to
     ~/.ml-platform/host-scripts/ (components/hosts/delivery.py). Returns `home`."""
