@@ -44,7 +44,8 @@ if [[ ${1-} == --system ]]; then
     while IFS= read -r line; do
       line=${line%%#*}
       [[ $line == *=* ]] || continue
-      key=$(echo "${line%%=*}" | tr -d '[:space:]-' | tr / .)
+      key=$(echo "${line%%=*}" | tr -d '[:space:]' | tr / .)
+      key=${key#-}  # a leading '-': sysctl ignores the key's errors; not part of the name
       value=$(echo "${line#*=}" | sed 's/^[[:space:]]*//; s/[[:space:]]*$//')
       { grep -v "^$key = " "$record" 2>/dev/null || true; echo "$key = $value"; } >"$record.new"
       mv "$record.new" "$record"
