@@ -38,7 +38,9 @@ def test_inventory_gives_every_node_its_labels_and_taints(prod_base):
     gpu, server = inventory["gpu-01"], inventory["cpu-01"]
     assert gpu.taints == (("nvidia.com/gpu", "true", "NoSchedule"),)
     assert gpu.labels["ml-platform.io/role"] == "gpu" and "feature.node.kubernetes.io/pci-15b3.present" in gpu.labels
-    assert server.labels["node-role.kubernetes.io/control-plane"] == "true" and server.taints == ()
+    # Servers carry the control-plane taint (tenants stay off them; the platform's own pods tolerate it).
+    assert server.labels["node-role.kubernetes.io/control-plane"] == "true"
+    assert server.taints == (("node-role.kubernetes.io/control-plane", "", "NoSchedule"),)
 
 
 def test_gpu_driver_bump_names_the_driver_replacement_on_every_gpu_node(prod_base, tmp_path):
@@ -85,7 +87,14 @@ def test_cilium_setting_change_rolls_the_cni_on_every_node(prod_base):
 
 
 def test_a_daemonset_on_the_gpu_nodes_only_counts_those(prod_base):
-    head = changed(lambda raw: raw["gpu"]["tier1"].update({"storageClassName": "tier1-nvme-b"}))
+    def rename(raw):
+        raw["gpu"]["tier1"]["storageClassName"] = "tier1-nvme-b"
+        for team in raw["scheduling"]["teams"]:  # the teams' storage quotas name the class
+            storage = team.get("storage", {})
+            if "tier1-nvme" in storage:
+                storage["tier1-nvme-b"] = storage.pop("tier1-nvme")
+
+    head = changed(rename)
     report = rollouts.compare(prod_base, head)
     (release,) = [r for r in report.releases if r.release.resource == "gpu-tier1-provisioner"]
     (restart,) = [line for line in release.restarts if "DaemonSet" in line]

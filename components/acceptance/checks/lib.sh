@@ -5,7 +5,7 @@
 : "${CHECK:?}" "${NODE:=}" "${ADVISORY:=false}" "${PROC:=/proc}"
 
 # finish STATUS VALUE FLOOR UNIT DETAIL: print `ACCEPTANCE {json}` and end the check. STATUS is passed,
-# failed or skipped (the check could not run here, e.g. a node cordoned; it does not fail the `up`).
+# failed or skipped (the check could not run on its node, e.g. one cordoned; it does not fail the `up`).
 # A failed check exits 1 (the Job fails, so does the `up`) unless it is advisory: then it reports and exits 0.
 finish() {
   detail=$(printf '%s' "$5" | tr '"\\\n' "'/ ")
