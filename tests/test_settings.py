@@ -268,7 +268,7 @@ WAITING = (
     "(checked once the problems above are fixed, as they need what those problems name: the control-plane count "
     "and cluster.initServer; the pod and IPoIB ranges against the node count; the Ceph storage host count; the "
     "backup sources against tiers 2 and 3; one spelling per GPU model; the teams' GPU quotas against the GPU "
-    "nodes; what each team's quota can admit)"
+    "nodes; what each team's quota can admit; the teams' storage classes, egress, backup claims and nodes)"
 )
 
 
