@@ -1,0 +1,142 @@
+"""The benchmark report's sections on what the engine itself costs, and the before/after of host-script
+delivery (the figures of `benchmarks.run.Result.engine`, from benchmarks/state.py)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+MB = 1_000_000
+
+# The program before host scripts went to each host once in a bundle (commit 7aae230: every host step carried
+# its program inline in `create` and again in `update`), measured with the same code as the after column
+# (benchmarks/state.py, benchmarks/makespan.py at the recommended --parallel) on 2026-11-27 between 16:10 and
+# 16:40 UTC on this 2-CPU machine shared with other work (load average 3-6): `python /tmp/before.py` style runs
+# of that commit's program, see the "before" paragraph of the report. Preview CPU: user+system seconds of
+# `python -m stacks.plan` on the same inventories, the same hour.
+BEFORE: dict[str, dict[str, Any]] = {}
+
+
+def _mb(value: float) -> str:
+    return f"{value / MB:.1f}"
+
+
+def _min(seconds: float) -> str:
+    return f"{seconds / 60:.1f}"
+
+
+def engine_section(results: list, recommended: Callable[[int], int]) -> list[str]:
+    lines = [
+        "## What the engine itself costs: state and snapshots",
+        "",
+        "`benchmarks/state.py`. The state estimate is the plan's inputs twice (inputs and outputs; every provider",
+        "here stores its inputs again as outputs) plus each resource's own fields, secrets at the length of their",
+        "ciphertext, a real ed25519 SSH key counted where the offline preview has a placeholder. A fresh `up` with a",
+        "self-managed backend (`pulumi login --local`, an S3 bucket) saves the whole checkpoint when each step",
+        "begins and again when it ends, one save at a time (pulumi/pulumi `pkg/backend/snapshot.go`: `doCreate`",
+        "persists before the step, `End` after it, through one service loop); the bytes below sum those saves in",
+        "the order the bring-up model finishes the resources. Seconds: those bytes at the rate this machine",
+        "serialises and writes the plan's own state shape (JSON, measured each run; the engine is Go, so take it",
+        "as an order of magnitude). The saves are serial and every step waits for its own, so a bring-up takes",
+        "at least the larger of the host work and the saves.",
+        "",
+        "| inventory | nodes | resources per node | plan JSON MB | state MB | host step inputs: median / largest bytes "
+        "| saves of a fresh up, GB | save rate MB/s | saves, min | host work, min | bring-up with the saves, at least min |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        e = r.engine
+        host = r.schedules[recommended(r.nodes)].makespan
+        lines.append(
+            f"| {r.label} | {r.nodes} | {r.resources / r.nodes:.1f} | {_mb(e['plan_bytes'])} | {_mb(e['state_bytes'])} "
+            f"| {e['median_step']:.0f} / {e['largest_step']:.0f} | {e['snapshot_bytes'] / 1e9:.1f} | {e['rate'] / MB:.0f} "
+            f"| {_min(e['snapshot_seconds'])} | {_min(host)} | {_min(max(host, e['snapshot_seconds']))} |"
+        )
+    return lines
+
+
+def before_and_after(results: list, recommended: Callable[[int], int]) -> list[str]:
+    lines = [
+        "## Before and after: host scripts delivered once per host",
+        "",
+        "Before: every host step carried its whole program (lib.sh and its script) inline in `create`, and again",
+        "in `update` (commit 7aae230). After: a bundle of every program goes to each host once per version",
+        "(`<host>-scripts`, its state the file's path and hash) and each step's command is a short call naming",
+        "its program's SHA-256 (components/hosts/delivery.py). Before figures: that commit's program measured",
+        "with this benchmark's own code (see BEFORE in `benchmarks/engine_report.py` for when and how). Wall times",
+        "move with the load of this shared machine: compare CPU seconds.",
+        "",
+        "| figure | inventory | before | after |",
+        "|---|---|---:|---:|",
+    ]
+    for r in results:
+        before = BEFORE.get(r.label)
+        if before is None:
+            continue
+        e = r.engine
+        host = r.schedules[recommended(r.nodes)].makespan
+        rows = [
+            ("plan JSON MB", _mb(before["plan_bytes"]), _mb(e["plan_bytes"])),
+            ("estimated state MB", _mb(before["state_bytes"]), _mb(e["state_bytes"])),
+            ("host step inputs, median bytes", f"{before['median_step']:.0f}", f"{e['median_step']:.0f}"),
+            ("host step inputs, largest bytes", f"{before['largest_step']:.0f}", f"{e['largest_step']:.0f}"),
+            ("resources per node", f"{before['resources'] / r.nodes:.1f}", f"{r.resources / r.nodes:.1f}"),
+            ("preview CPU s", f"{before['cpu']:.1f}", f"{r.cpu_seconds:.1f}"),
+            ("snapshot saves of a fresh up, GB", f"{before['snapshot_bytes'] / 1e9:.1f}", f"{e['snapshot_bytes'] / 1e9:.1f}"),
+            (
+                f"modeled bring-up at --parallel {recommended(r.nodes)}, host work only, min",
+                _min(before["makespan"]),
+                _min(host),
+            ),
+            (
+                "modeled bring-up with the snapshot saves (self-managed backend), at least min",
+                _min(max(before["makespan"], before["snapshot_bytes"] / e["rate"])),
+                _min(max(host, e["snapshot_seconds"])),
+            ),
+        ]
+        lines += [f"| {name} | {r.label} | {old} | {new} |" for name, old, new in rows]
+    lines += [
+        "",
+        "Both snapshot columns use this run's measured save rate, so they differ only by the bytes.",
+    ]
+    return lines
+
+
+def backend_advice(results: list, recommended: Callable[[int], int]) -> list[str]:
+    """Which state backend each size should use, from the figures above."""
+    lines = [
+        "### Which backend for which size",
+        "",
+        "Where the saves of a fresh bring-up stay a small part of the host work, a self-managed backend is fine;",
+        "where they approach or pass it, they are the bring-up's critical path:",
+        "",
+    ]
+    for r in results:
+        e = r.engine
+        host = r.schedules[recommended(r.nodes)].makespan
+        share = e["snapshot_seconds"] / host
+        verdict = (
+            "a self-managed backend is fine"
+            if share < 0.1
+            else "use Pulumi Cloud, or a self-managed backend with `PULUMI_SKIP_CHECKPOINTS=true` as below"
+        )
+        lines.append(
+            f"- {r.label} ({r.nodes} nodes): {e['snapshot_bytes'] / 1e9:.1f} GB of saves, {_min(e['snapshot_seconds'])} min at "
+            f"{e['rate'] / MB:.0f} MB/s against {_min(host)} min of host work ({share:.0%}): {verdict}."
+        )
+    lines += [
+        "",
+        "- **Pulumi Cloud** journals: it sends each step's change instead of the whole checkpoint",
+        "  (pulumi/pulumi `pkg/backend/httpstate/journal/`; the self-managed backend, `pkg/backend/diy`, has no",
+        "  journal), so the cost per step no longer grows with the stack.",
+        "- **A self-managed backend with `PULUMI_SKIP_CHECKPOINTS=true`** saves only the final state (pulumi/pulumi",
+        "  `sdk/go/common/env/env.go`: \"Skip saving state checkpoints and only save the final deployment\"). The",
+        "  risk: an `up` that dies before its end (the machine running it lost, the process killed) records",
+        "  nothing it did. Host steps re-run harmlessly on the next `up` (idempotent scripts), but generated",
+        "  secrets (the RKE2 tokens, passwords, the CA keys) would be generated again and no longer match what",
+        "  the hosts hold. So create those first with checkpoints on (`pulumi up --target` on the `random:` and",
+        "  `tls:` resources, seconds), then run the bring-up with the variable set, and keep it for large",
+        "  changes only; a day-2 `up` touches few resources.",
+        "- **Splitting the stack** (a stack per rack of nodes) would bound each checkpoint, but this program is one",
+        "  stack today: the cluster's nodes share one bootstrap, one membership and one monitoring component.",
+    ]
+    return lines
