@@ -3,7 +3,8 @@ delivery (the figures of `benchmarks.run.Result.engine`, from benchmarks/state.p
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 MB = 1_000_000
 
@@ -18,6 +19,10 @@ BEFORE: dict[str, dict[str, Any]] = {}
 
 def _mb(value: float) -> str:
     return f"{value / MB:.1f}"
+
+
+def _gb(value: float) -> str:
+    return f"{value / 1e9:.1f}"
 
 
 def _min(seconds: float) -> str:
@@ -39,18 +44,28 @@ def engine_section(results: list, recommended: Callable[[int], int]) -> list[str
         "as an order of magnitude). The saves are serial and every step waits for its own, so a bring-up takes",
         "at least the larger of the host work and the saves.",
         "",
-        "| inventory | nodes | resources per node | plan JSON MB | state MB | host step inputs: median / largest bytes "
-        "| saves of a fresh up, GB | save rate MB/s | saves, min | host work, min | bring-up with the saves, at least min |",
+        "| inventory | nodes | resources per node | plan JSON MB | state MB "
+        "| host step inputs: median / largest bytes | saves of a fresh up, GB | save rate MB/s | saves, min "
+        "| host work, min | bring-up with the saves, at least min |",
         "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         e = r.engine
         host = r.schedules[recommended(r.nodes)].makespan
-        lines.append(
-            f"| {r.label} | {r.nodes} | {r.resources / r.nodes:.1f} | {_mb(e['plan_bytes'])} | {_mb(e['state_bytes'])} "
-            f"| {e['median_step']:.0f} / {e['largest_step']:.0f} | {e['snapshot_bytes'] / 1e9:.1f} | {e['rate'] / MB:.0f} "
-            f"| {_min(e['snapshot_seconds'])} | {_min(host)} | {_min(max(host, e['snapshot_seconds']))} |"
-        )
+        cells = [
+            r.label,
+            str(r.nodes),
+            f"{r.resources / r.nodes:.1f}",
+            _mb(e["plan_bytes"]),
+            _mb(e["state_bytes"]),
+            f"{e['median_step']:.0f} / {e['largest_step']:.0f}",
+            f"{e['snapshot_bytes'] / 1e9:.1f}",
+            f"{e['rate'] / MB:.0f}",
+            _min(e["snapshot_seconds"]),
+            _min(host),
+            _min(max(host, e["snapshot_seconds"])),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
@@ -81,7 +96,7 @@ def before_and_after(results: list, recommended: Callable[[int], int]) -> list[s
             ("host step inputs, largest bytes", f"{before['largest_step']:.0f}", f"{e['largest_step']:.0f}"),
             ("resources per node", f"{before['resources'] / r.nodes:.1f}", f"{r.resources / r.nodes:.1f}"),
             ("preview CPU s", f"{before['cpu']:.1f}", f"{r.cpu_seconds:.1f}"),
-            ("snapshot saves of a fresh up, GB", f"{before['snapshot_bytes'] / 1e9:.1f}", f"{e['snapshot_bytes'] / 1e9:.1f}"),
+            ("snapshot saves of a fresh up, GB", _gb(before["snapshot_bytes"]), _gb(e["snapshot_bytes"])),
             (
                 f"modeled bring-up at --parallel {recommended(r.nodes)}, host work only, min",
                 _min(before["makespan"]),
@@ -120,8 +135,9 @@ def backend_advice(results: list, recommended: Callable[[int], int]) -> list[str
             else "use Pulumi Cloud, or a self-managed backend with `PULUMI_SKIP_CHECKPOINTS=true` as below"
         )
         lines.append(
-            f"- {r.label} ({r.nodes} nodes): {e['snapshot_bytes'] / 1e9:.1f} GB of saves, {_min(e['snapshot_seconds'])} min at "
-            f"{e['rate'] / MB:.0f} MB/s against {_min(host)} min of host work ({share:.0%}): {verdict}."
+            f"- {r.label} ({r.nodes} nodes): {_gb(e['snapshot_bytes'])} GB of saves, "
+            f"{_min(e['snapshot_seconds'])} min at {e['rate'] / MB:.0f} MB/s against {_min(host)} min of host work "
+            f"({share:.0%}): {verdict}."
         )
     lines += [
         "",
@@ -129,7 +145,7 @@ def backend_advice(results: list, recommended: Callable[[int], int]) -> list[str
         "  (pulumi/pulumi `pkg/backend/httpstate/journal/`; the self-managed backend, `pkg/backend/diy`, has no",
         "  journal), so the cost per step no longer grows with the stack.",
         "- **A self-managed backend with `PULUMI_SKIP_CHECKPOINTS=true`** saves only the final state (pulumi/pulumi",
-        "  `sdk/go/common/env/env.go`: \"Skip saving state checkpoints and only save the final deployment\"). The",
+        '  `sdk/go/common/env/env.go`: "Skip saving state checkpoints and only save the final deployment"). The',
         "  risk: an `up` that dies before its end (the machine running it lost, the process killed) records",
         "  nothing it did. Host steps re-run harmlessly on the next `up` (idempotent scripts), but generated",
         "  secrets (the RKE2 tokens, passwords, the CA keys) would be generated again and no longer match what",

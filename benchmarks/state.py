@@ -27,8 +27,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 SECRET = "[secret]"
 PRIVATE_KEY = 411
@@ -56,10 +57,11 @@ def _shaped(value: Any, revealed: Any) -> Any:
     if value == SECRET:
         return "s" * _secret_size(revealed)
     if isinstance(value, dict):
-        return {k: _shaped(v, (revealed or {}).get(k) if isinstance(revealed, dict) else None) for k, v in value.items()}
+        known = revealed if isinstance(revealed, dict) else {}
+        return {k: _shaped(v, known.get(k)) for k, v in value.items()}
     if isinstance(value, list):
         rev = revealed if isinstance(revealed, list) else [None] * len(value)
-        return [_shaped(v, r) for v, r in zip(value, rev)]
+        return [_shaped(v, r) for v, r in zip(value, rev, strict=False)]
     return value
 
 
@@ -143,7 +145,8 @@ def main(argv: list[str]) -> int:
     for name in argv:
         text = Path(name).read_text()
         plan = json.loads(text)
-        nodes = sum(1 for r in plan["resources"] if r["type"] == "command:remote:Command" and r["name"].endswith("-rke2"))
+        steps = [r for r in plan["resources"] if r["type"] == "command:remote:Command"]
+        nodes = sum(1 for r in steps if r["name"].endswith("-rke2"))
         print(name, json.dumps(summary(plan, len(text.encode()), nodes)))
     return 0
 

@@ -151,7 +151,7 @@ def program_of(command_text: str) -> str:
     found = re.search(r"\bh=([0-9a-f]{64})\n", command_text)
     programs = {program_digest(path.name): script_text(path.name) for path in script_files()}
     if found is None or found.group(1) not in programs:
-        raise ValueError(f"not a host step's command, or its program is not among the host scripts: {command_text[:80]!r}")
+        raise ValueError(f"not a host step's command, or its program is not a host script: {command_text[:80]!r}")
     return programs[found.group(1)]
 
 

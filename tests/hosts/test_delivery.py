@@ -125,7 +125,7 @@ def test_each_host_gets_the_bundle_once_and_every_step_waits_for_it(prod_plan):
     sha, path = delivery.bundle()
     hosts = {n for n in copies}
     assert len(copies) == 54  # 50 nodes, 4 NAS hosts
-    for name, copy in copies.items():
+    for copy in copies.values():
         assert copy["inputs"]["source"] == {"asset": delivery.local_path(path)}
         assert copy["inputs"]["remotePath"] == f".ml-platform/host-scripts/{sha}.tar"
     by_urn = prod_plan.by_urn()
@@ -133,7 +133,8 @@ def test_each_host_gets_the_bundle_once_and_every_step_waits_for_it(prod_plan):
     copy_of = {prod_plan.revealed[c["urn"]]["connection"]["host"]: c["urn"] for c in copies.values()}
     for r in host_steps(prod_plan):
         assert copy_of[host_of[r["urn"]]] in r["dependencies"], r["name"]
-    assert hosts >= {r["name"].removesuffix("-prepare") for r in host_steps(prod_plan) if r["name"].endswith("-prepare")}
+    prepared = {r["name"].removesuffix("-prepare") for r in host_steps(prod_plan) if r["name"].endswith("-prepare")}
+    assert hosts >= prepared
     assert all(by_urn[u]["type"] == COPY for u in copy_of.values())
 
 
@@ -144,7 +145,8 @@ def test_the_bundle_is_reproducible_and_named_by_content():
     with tarfile.open(path) as tar:
         members = {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers()}
     assert members == {program_digest(name): text for name, text in programs.items()}
-    assert all(m.mtime == 0 and m.uid == 0 and m.mode == 0o600 for m in tarfile.open(path).getmembers())
+    with tarfile.open(path) as tar:
+        assert all(m.mtime == 0 and m.uid == 0 and m.mode == 0o600 for m in tar.getmembers())
 
 
 def test_every_command_runs_the_program_it_carried_inline_on_a_scratch_host(prod_plan, lab_plan, tmp_path):
@@ -166,7 +168,7 @@ def test_every_command_runs_the_program_it_carried_inline_on_a_scratch_host(prod
                 expected.append((r["name"], field, inline_invocation(name, params, sudo), params))
     runs = host.runs()
     assert len(runs) == len(expected) > 300
-    for run, (step, field, inline, params) in zip(runs, expected):
+    for run, (step, field, inline, params) in zip(runs, expected, strict=True):
         program, name = inline_program(inline)
         assert run["program"] == program, (step, field)
         assert run["name"] == name, (step, field)
@@ -212,8 +214,9 @@ def test_a_program_that_does_not_match_its_hash_never_runs(prod_plan, tmp_path, 
         message = "does not match its sha256"
     else:
         staged = next((host.home / delivery.STAGED).glob("*.tar"))
-        evil = delivery.bundle_bytes({"nvme-tier1.sh": script_text("nvme-tier1.sh") + "rm -rf /\n"})
-        staged.write_bytes(evil.replace(delivery.digest(script_text("nvme-tier1.sh") + "rm -rf /\n").encode(), digest.encode()))
+        evil_text = script_text("nvme-tier1.sh") + "rm -rf /\n"
+        evil = delivery.bundle_bytes({"nvme-tier1.sh": evil_text})
+        staged.write_bytes(evil.replace(delivery.digest(evil_text).encode(), digest.encode()))
         message = "is not on this host"
     result = host.run(cmd)
     assert result.returncode == 1 and message in result.stderr
@@ -272,7 +275,8 @@ def test_a_deployed_stack_sees_in_place_updates_only(stack, request):
     assert not result.danger and not result.errors
     for entry in result.entries:
         if entry.type == COMMAND:
-            assert {c.path for c in entry.changes} <= {"inputs.create", "inputs.delete", "inputs.update", "dependencies"}
+            paths = {c.path for c in entry.changes}
+            assert paths <= {"inputs.create", "inputs.delete", "inputs.update", "dependencies"}
 
 
 def test_triggers_hash_the_inline_command(prod_plan):
@@ -281,7 +285,8 @@ def test_triggers_hash_the_inline_command(prod_plan):
     from components.hosts.remote import fingerprint
 
     inline = inline_invocation("prepare-host.sh", {"NODE_NAME": "cpu-01"}, True)
-    assert inline.startswith("sudo -n env NODE_NAME=cpu-01 bash -c ") and shlex.quote(script_text("prepare-host.sh")) in inline
+    assert inline.startswith("sudo -n env NODE_NAME=cpu-01 bash -c ")
+    assert shlex.quote(script_text("prepare-host.sh")) in inline
     checked = 0
     for r in host_steps(prod_plan):
         cmd = r["inputs"].get("create")
