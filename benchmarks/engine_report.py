@@ -40,14 +40,15 @@ def engine_section(results: list, recommended: Callable[[int], int]) -> list[str
         "begins and again when it ends, one save at a time (pulumi/pulumi `pkg/backend/snapshot.go`: `doCreate`",
         "persists before the step, `End` after it, through one service loop); the bytes below sum those saves in",
         "the order the bring-up model finishes the resources. Seconds: those bytes at the rate this machine",
-        "serialises and writes the plan's own state shape (JSON, measured each run; the engine is Go, so take it",
-        "as an order of magnitude). The saves are serial and every step waits for its own, so a bring-up takes",
-        "at least the larger of the host work and the saves.",
+        "serialises and writes the plan's own state shape (JSON indented by four spaces, as the engine writes it:",
+        "pulumi/pulumi `sdk/go/common/encoding/marshal.go`; measured in Python each run, the engine is Go, so take",
+        "it as an order of magnitude; the 1 GB/s column is an optimistic bound). The saves are serial and every",
+        "step waits for its own, so a bring-up takes at least the larger of the host work and the saves.",
         "",
         "| inventory | nodes | resources per node | plan JSON MB | state MB "
         "| host step inputs: median / largest bytes | saves of a fresh up, GB | save rate MB/s | saves, min "
-        "| host work, min | bring-up with the saves, at least min |",
-        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+        "| saves at 1 GB/s, min | host work, min | bring-up with the saves, at least min |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         e = r.engine
@@ -62,6 +63,7 @@ def engine_section(results: list, recommended: Callable[[int], int]) -> list[str
             f"{e['snapshot_bytes'] / 1e9:.1f}",
             f"{e['rate'] / MB:.0f}",
             _min(e["snapshot_seconds"]),
+            _min(e["snapshot_bytes"] / 1e9),
             _min(host),
             _min(max(host, e["snapshot_seconds"])),
         ]
