@@ -8,13 +8,44 @@ from typing import Any
 
 MB = 1_000_000
 
-# The program before host scripts went to each host once in a bundle (commit 7aae230: every host step carried
-# its program inline in `create` and again in `update`), measured with the same code as the after column
-# (benchmarks/state.py, benchmarks/makespan.py at the recommended --parallel) on 2026-11-27 between 16:10 and
-# 16:40 UTC on this 2-CPU machine shared with other work (load average 3-6): `python /tmp/before.py` style runs
-# of that commit's program, see the "before" paragraph of the report. Preview CPU: user+system seconds of
-# `python -m stacks.plan` on the same inventories, the same hour.
-BEFORE: dict[str, dict[str, Any]] = {}
+# The program before host scripts went to each host once in a bundle (commit 7aae230: every host step carried its
+# program inline in `create` and again in `update`), measured with this benchmark's own code (benchmarks/state.py
+# and benchmarks/makespan.py at the recommended --parallel; the revealed inputs of that commit's program for the
+# secrets' sizes) on 2026-11-27 between 16:10 and 16:50 UTC, on this 2-CPU machine shared with other work at a load
+# average of 9-11. `cpu`: user+system seconds of that commit's `python -m stacks.plan` on the same inventories in
+# the same hour (the load inflates CPU seconds too: compare with the after column of the same run only roughly).
+BEFORE: dict[str, dict[str, Any]] = {
+    "50": {
+        "resources": 580,
+        "plan_bytes": 6_521_281,
+        "state_bytes": 13_769_145,
+        "median_step": 20461,
+        "largest_step": 38418,
+        "snapshot_bytes": 10_338_298_271,
+        "makespan": 1665.0,
+        "cpu": 5.4,
+    },
+    "200": {
+        "resources": 1641,
+        "plan_bytes": 22_991_709,
+        "state_bytes": 48_663_027,
+        "median_step": 20461,
+        "largest_step": 38422,
+        "snapshot_bytes": 102_180_410_801,
+        "makespan": 1820.0,
+        "cpu": 11.6,
+    },
+    "1000": {
+        "resources": 7300,
+        "plan_bytes": 110_880_857,
+        "state_bytes": 234_839_912,
+        "median_step": 20461,
+        "largest_step": 38422,
+        "snapshot_bytes": 2_220_128_702_716,
+        "makespan": 3300.0,
+        "cpu": 43.0,
+    },
+}
 
 
 def _mb(value: float) -> str:
