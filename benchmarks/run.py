@@ -245,10 +245,10 @@ def report(
         lines += [
             "",
             f"The Pulumi SDK's own floor (`sdk_floor`): {floor[0]} bare host steps (one connection, a short command,",
-            f"one trigger, nothing else) take {floor[1]:.1f} CPU s through the same engine on this machine. The",
-            "goal of 1000 nodes under 10 s is not met: the program's resources each carry more inputs (Outputs,",
-            "secrets, dependencies) than a bare step, and the SDK's registration of them is most of the time",
-            "(profile below); the program's own code is a few percent.",
+            f"one trigger, nothing else) take {floor[1]:.1f} CPU s through the same engine on this machine, in this",
+            "run: a preview of that many resources cannot take less. The program's resources each carry more",
+            "inputs (Outputs, secrets, dependencies) than a bare step, and the SDK's registration of them is most",
+            "of the time (profile below); the program's own code is a few percent.",
         ]
     kinds = [
         k for k in ("server", "CPU agent", "storage host", "GPU node") if any(k in r.steps_per_node for r in results)
