@@ -60,7 +60,8 @@ class HostAccess:
 
 
 def host_accesses(settings: Settings, private_key: pulumi.Input[str]) -> dict[str, HostAccess]:
-    """One SSH access per cluster node and NAS host, keyed by host name."""
+    """One SSH access per cluster node and NAS host, keyed by host name, each with the step that copies the
+    host scripts there (`delivery.copy_step`), which every host step on it waits for."""
     ssh = settings.ssh
     proxy = None
     if ssh.bastion is not None:
