@@ -31,6 +31,7 @@ import yaml
 from stacks.diff import command_env
 
 COMMAND = "command:remote:Command"
+COPY = "command:remote:CopyToRemote"
 CNI_CHARTS = ("cilium", "tigera-operator")
 
 # kind of step -> (seconds, why that figure is plausible)
@@ -73,6 +74,7 @@ DURATIONS: dict[str, tuple[int, str]] = {
         45,
         "zabbix-agent2 package (~10 MB) from the site mirror, config and PSK files, service restart",
     ),
+    "host-script bundle": (5, "one SFTP upload of the bundle of host scripts (about 130 KB) to the host"),
     "other host script": (120, "a host step this model does not know: the conservative figure"),
     "helm release": (
         180,
@@ -105,6 +107,8 @@ def step_kind(resource: Mapping[str, Any]) -> str:
         if script == "rke2-install.sh":
             return f"rke2-install.sh {rke2_role(create)}"
         return script if script in DURATIONS else "other host script"
+    if type_ == COPY:
+        return "host-script bundle"
     if type_ == "kubernetes:batch/v1:Job":
         return "acceptance check"
     if type_.startswith("kubernetes:helm.sh/"):
@@ -123,8 +127,8 @@ def step_seconds(resource: Mapping[str, Any]) -> int:
 
 
 def opens_ssh(resource: Mapping[str, Any]) -> bool:
-    """A host step that connects at create (one without a create command does not)."""
-    return resource["type"] == COMMAND and bool(resource["inputs"].get("create"))
+    """A host step that connects at create (one without a create command does not; a copy does)."""
+    return resource["type"] == COPY or (resource["type"] == COMMAND and bool(resource["inputs"].get("create")))
 
 
 def rke2_role(create: str) -> str:
@@ -170,6 +174,8 @@ class Schedule:
     bastion, to the bastion: pulumi-command dials the bastion once per step)."""
     peak_by_target: dict[str, int] = field(default_factory=dict)
     """Most host steps running at once against each host."""
+    order: list[str] = field(default_factory=list)
+    """URNs in the order they finish: what the state grows by (benchmarks/state.py)."""
 
 
 def simulate(
@@ -211,6 +217,7 @@ def simulate(
         newly_ready = []
         for u in finished:
             done += 1
+            schedule.order.append(u)
             if opens_ssh(res[u]):
                 ssh[targets.get(u, "?")] -= 1
             for v in dependents.get(u, []):

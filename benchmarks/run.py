@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from benchmarks import makespan
+from benchmarks import engine_report, makespan, state
 from benchmarks.inventory import ROOT, inventory, prod_config, stack_file
 from stacks import engine
 
@@ -49,76 +49,6 @@ PROFILE_NOTES = [
     "(Outputs, futures, serialisation) and its event loop; our code (components, settings, recording,",
     "plan JSON) is a few percent. Profile it yourself: `python -m benchmarks.profile 1000 --top 30`.",
 ]
-
-
-# The same figures on the program before agents stopped waiting for every server and Node labels moved
-# from per-node SSH steps on the init server to Node patches (commit a68dfef, this 2-CPU machine shared
-# with other agents): `make bench` at 09:55 UTC, load average about 1.5-2 ("wall"); the preview's CPU time
-# at 10:46-10:54 UTC, load average about 6 ("cpu"). There were no acceptance checks then.
-BEFORE = {
-    "prod": {
-        "resources": 401,
-        "wall": 1.7,
-        "cpu": 2.2,
-        "mib": 156,
-        "chain": 7,
-        "minutes": {64: 21.2},
-        "busiest": 55,
-        "median": 3,
-    },
-    "50": {"resources": 397, "wall": 1.7, "cpu": 2.3, "mib": 154, "chain": 7, "minutes": {64: 21.2}},
-    "200": {"resources": 1113, "wall": 3.2, "cpu": 4.1, "mib": 266, "chain": 7, "minutes": {128: 23.1}},
-    "1000": {
-        "resources": 4932,
-        "wall": 12.7,
-        "cpu": 15.3,
-        "mib": 859,
-        "chain": 9,
-        "minutes": {128: 58.2, 192: 46.8},
-        "busiest": 1005,
-        "median": 2,
-    },
-}
-
-
-def before_and_after(results: list[Result]) -> list[str]:
-    """The headline figures next to the ones measured before (BEFORE)."""
-    lines = [
-        "## Before and after",
-        "",
-        "Before: the program whose agents waited for every server and whose Node labels and taints were one",
-        "SSH step per node on the init server (commit a68dfef, 2026-11-25, this machine; see BEFORE in",
-        "`benchmarks/run.py` for when and at which load each figure was taken). It had no acceptance checks:",
-        "compare its bring-up with the after column without checks. Wall times on this shared machine move",
-        "with the load of the other agents (see the preview table above): compare CPU seconds.",
-        "",
-        "| figure | inventory | before | after |",
-        "|---|---|---:|---:|",
-    ]
-    for r in results:
-        before = BEFORE.get(r.label)
-        if before is None:
-            continue
-        lines.append(f"| longest host-command chain | {r.label} | {before['chain']} | {r.chain} |")
-        for p, minutes in sorted(before["minutes"].items()):
-            if p in r.schedules:
-                bare, full = _minutes(r.without_checks[p]), _minutes(r.schedules[p].makespan)
-                lines.append(
-                    f"| modeled bring-up at --parallel {p}, min (checks not counted) | {r.label} | {minutes} | {bare} |"
-                )
-                lines.append(
-                    f"| modeled bring-up at --parallel {p}, min, with the acceptance checks | {r.label} | - | {full} |"
-                )
-        if "busiest" in before:
-            busiest, count = r.busiest_host()
-            lines.append(f"| SSH sessions on the busiest host | {r.label} | {before['busiest']} | {count} |")
-            median = sorted(r.sessions_by_host.values())[len(r.sessions_by_host) // 2]
-            lines.append(f"| SSH sessions per host (median) | {r.label} | {before['median']} | {median} |")
-        lines.append(f"| resources in the plan | {r.label} | {before['resources']} | {r.resources} |")
-        lines.append(f"| preview CPU s | {r.label} | {before['cpu']} | {r.cpu_seconds:.1f} |")
-        lines.append(f"| preview wall s | {r.label} | {before['wall']} | {r.wall_seconds:.1f} |")
-        lines.append(f"| preview peak MiB | {r.label} | {before['mib']} | {r.peak_mib:.0f} |")
-    return lines
 
 
 def recommended_parallel(nodes: int) -> int:
@@ -147,6 +77,9 @@ class Result:
     """Modeled bring-up with the acceptance checks taken as instant: what the bring-up itself takes."""
     sessions_by_host: Counter = field(default_factory=Counter)
     """SSH sessions a fresh bring-up opens to each host (host steps with a create command)."""
+    engine: dict[str, float] = field(default_factory=dict)
+    """What the engine itself costs (benchmarks/state.py): plan and state bytes, host step inputs, the
+    snapshot saves of a fresh bring-up with a self-managed backend and the rate this machine saves at."""
 
     def busiest_host(self) -> tuple[str, int]:
         return max(sorted(self.sessions_by_host.items()), key=lambda item: item[1])
@@ -193,12 +126,29 @@ def steps_per_node(plan: dict[str, Any], classes: dict[str, str]) -> dict[str, s
     return out
 
 
-def step_targets(stack: str, config: Path, raw: dict[str, Any]) -> dict[str, str]:
-    """The host name each host step connects to, by URN (from the revealed connection)."""
+def step_targets(stack: str, config: Path, raw: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    """The host name each host step connects to, by URN (from the revealed connection), and the revealed
+    inputs (the sizes of the secrets, for the state estimate)."""
     names = {h["address"]: h["name"] for h in [*raw["nodes"], *raw["nas"]["hosts"]]}
     plan = engine.evaluate_stack(stack, config)
+    steps = [*plan.by_type(makespan.COMMAND), *plan.by_type(makespan.COPY)]
+    return {r["urn"]: names.get(plan.revealed[r["urn"]]["connection"]["host"], "?") for r in steps}, plan.revealed
+
+
+def engine_cost(plan: dict[str, Any], plan_bytes: int, revealed: dict[str, Any], order: list[str]) -> dict[str, float]:
+    """State bytes, host step inputs, and the snapshot saves of a fresh bring-up finishing in `order`."""
+    sizes = state.sizes(plan, revealed)
+    steps = state.host_step_inputs(plan)
+    rate = state.serialisation_rate(state.state_document(plan, revealed))
+    written = state.snapshot_writes(order, sizes)
     return {
-        r["urn"]: names.get(plan.revealed[r["urn"]]["connection"]["host"], "?") for r in plan.by_type(makespan.COMMAND)
+        "plan_bytes": plan_bytes,
+        "state_bytes": sum(sizes.values()),
+        "median_step": steps[len(steps) // 2],
+        "largest_step": steps[-1],
+        "snapshot_bytes": written,
+        "rate": rate,
+        "snapshot_seconds": written / rate,
     }
 
 
@@ -209,10 +159,13 @@ def measure(label: str, raw: dict[str, Any], workdir: Path, parallels: tuple[int
     config.write_text(stack_file(raw))
     out = workdir / f"plan-{label}.json"
     wall, cpu, peak = preview(config, out)
-    plan = json.loads(out.read_text())
-    targets = step_targets("bench", config, raw)
+    text = out.read_text()
+    plan = json.loads(text)
+    targets, revealed = step_targets("bench", config, raw)
     res, deps = makespan.graph(plan)
     parallels = tuple(sorted({*parallels, recommended_parallel(nodes)}))
+    schedules = {p: makespan.simulate(res, deps, p, targets) for p in parallels}
+    order = schedules[recommended_parallel(nodes)].order
     return Result(
         label=label,
         nodes=nodes,
@@ -225,10 +178,11 @@ def measure(label: str, raw: dict[str, Any], workdir: Path, parallels: tuple[int
         steps_per_node=steps_per_node(plan, node_classes(raw)),
         chain=makespan.longest_host_chain(plan),
         graph_limit=makespan.simulate(res, deps, 0).makespan,
-        schedules={p: makespan.simulate(res, deps, p, targets) for p in parallels},
+        schedules=schedules,
         without_checks={p: makespan.simulate(res, deps, p, without=CHECKS).makespan for p in parallels},
         init_server=raw["cluster"]["initServer"],
         nas_hosts=[h["name"] for h in raw["nas"]["hosts"]],
+        engine=engine_cost(plan, len(text.encode()), revealed, order),
     )
 
 
@@ -291,10 +245,10 @@ def report(
         lines += [
             "",
             f"The Pulumi SDK's own floor (`sdk_floor`): {floor[0]} bare host steps (one connection, a short command,",
-            f"one trigger, nothing else) take {floor[1]:.1f} CPU s through the same engine on this machine. The",
-            "goal of 1000 nodes under 10 s is not met: the program's resources each carry more inputs (Outputs,",
-            "secrets, dependencies) than a bare step, and the SDK's registration of them is most of the time",
-            "(profile below); the program's own code is a few percent.",
+            f"one trigger, nothing else) take {floor[1]:.1f} CPU s through the same engine on this machine, in this",
+            "run: a preview of that many resources cannot take less. The program's resources each carry more",
+            "inputs (Outputs, secrets, dependencies) than a bare step, and the SDK's registration of them is most",
+            "of the time (profile below); the program's own code is a few percent.",
         ]
     kinds = [
         k for k in ("server", "CPU agent", "storage host", "GPU node") if any(k in r.steps_per_node for r in results)
@@ -303,8 +257,9 @@ def report(
         "",
         "## Shape",
         "",
-        "Host steps that connect at create, named after each node (prepare, RKE2, and the hardware steps of",
-        "its role), and the longest chain of host commands that must run one after another.",
+        "Host steps that connect at create, named after each node (the copy of the host scripts, prepare, the",
+        "certificate timer, RKE2, and the hardware steps of its role), and the longest chain of host commands",
+        "that must run one after another.",
         "",
         "| inventory | nodes | " + " | ".join(f"steps per {k}" for k in kinds) + " | longest host-command chain |",
         "|---|---:|" + "---:|" * len(kinds) + "---:|",
@@ -376,7 +331,9 @@ def report(
         "The recommended values: " + ", ".join(f"{p} up to {limit} nodes" for limit, p in RECOMMENDED) + ".",
         "",
     ]
-    lines += before_and_after(results)
+    lines += ["", *engine_report.engine_section(results, recommended_parallel)]
+    lines += ["", *engine_report.backend_advice(results, recommended_parallel)]
+    lines += ["", *engine_report.before_and_after(results, recommended_parallel)]
     lines += [
         "",
         "## Per-step durations of the model",

@@ -47,8 +47,14 @@ class Located:
 def read(path: Path, namespace: str) -> tuple[Optional[Located], list[str]]:
     """The stack file parsed, and its problems (file:line first, the fix last)."""
     text = path.read_text()
+    # libyaml where PyYAML has it (a 1000-node file parses several times faster); its error is reported
+    # as the pure-Python parser words it.
+    fast = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        try:
+            root = yaml.compose(text, Loader=fast)
+        except yaml.MarkedYAMLError:
+            root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{path.name}:{mark.line + 1}" if mark else path.name
@@ -60,7 +66,7 @@ def read(path: Path, namespace: str) -> tuple[Optional[Located], list[str]]:
     problems: list[str] = []
     _duplicates(root, path.name, problems)
     problems += copy_problems(text, path.name)
-    doc = yaml.safe_load(text) or {}
+    doc = yaml.load(text, Loader=fast) or {}
     lines: dict[str, int] = {}
     config = _child(root, "config")
     if config is not None:

@@ -19,10 +19,12 @@ def step_of(steps, component: str, kind: str) -> list[int]:
 
 def test_bring_up_steps_follow_the_order_rules(prod_plan):
     steps = diagrams.bring_up_steps(prod_plan)
-    # Every one of prod's 50 nodes is prepared in the first step, all at once.
-    assert step_of(steps, "cluster", "SSH prepare") == [1] and steps[0][("cluster", "SSH prepare")] == 50
+    # Every host gets its copy of the host scripts first (50 nodes, 4 NAS hosts), all at once; then every
+    # one of prod's 50 nodes is prepared, all at once.
+    assert step_of(steps, "stack", "CopyToRemote") == [1] and steps[0][("stack", "CopyToRemote")] == 54
+    assert step_of(steps, "cluster", "SSH prepare") == [2] and steps[1][("cluster", "SSH prepare")] == 50
     # The first server's RKE2 before the other servers' and the agents'.
-    assert steps[1][("cluster", "SSH rke2")] == 1 and sum(c[("cluster", "SSH rke2")] for c in steps) == 50
+    assert steps[2][("cluster", "SSH rke2")] == 1 and sum(c[("cluster", "SSH rke2")] for c in steps) == 50
     (policy,) = step_of(steps, "network", "NicClusterPolicy")
     assert max(step_of(steps, "network", "Release")) < policy, "the CR waits for the Network Operator's release"
     (kubernetes,) = step_of(steps, "cluster", "kubernetes")

@@ -126,6 +126,8 @@ def test_removing_an_agent_marks_its_drain_and_uninstall_destructive(prod_base):
         "cpu-20-rke2": "delete",
         # Its delete removes the certificate timer, the program's own files only (no danger line).
         "cpu-20-rke2-certificate-dates": "delete",
+        # Its copy of the host scripts: no delete command (the files stay for the deletes above).
+        "cpu-20-scripts": "delete",
         # Zabbix forgets a removed node (a host object, not a host step: no danger line).
         "cpu-20-zabbix-host": "delete",
         # The monitoring check runs again without the node in its host list (a Job's template is
@@ -232,7 +234,8 @@ def test_a_changed_secret_is_reported_without_its_value(tmp_path):
     proc = planner_diff(tmp_path, base, head)
     assert proc.returncode == 0, proc.stderr
     assert "inputs.connection: [secret] -> [secret] (changed; value not shown)" in proc.stdout
-    steps = len([r for r in head["resources"] if r["type"] == "command:remote:Command"])
+    # Every host step and every copy of the host scripts: their connections hold the key.
+    steps = len([r for r in head["resources"] if r["type"].startswith("command:remote:")])
     assert f": 0 to create, {steps} to update," in proc.stdout.splitlines()[0]
     for text in (proc.stdout, json.dumps(base), json.dumps(head)):
         assert "key!A" not in text and "key!B" not in text

@@ -126,9 +126,11 @@ def test_bring_up_runs_every_host_step(hosts):
     assert not failed, failed
     assert {s.kind for s in hosts.steps} == set(runner.RUN)
     order = hosts.first.order
-    for step in hosts.steps:  # dependency order: each node's preparation before its other steps
-        if step.kind != "prepare" and step.name in order:
+    for step in hosts.steps:  # dependency order: each node's scripts, then its preparation, then its other steps
+        if step.kind not in ("scripts", "prepare") and step.name in order:
             assert order.index(f"{step.node}-prepare") < order.index(step.name)
+        if step.kind != "scripts" and step.name in order:
+            assert order.index(f"{step.node}-scripts") < order.index(step.name)
     hosts.converged = hosts.fingerprints()
 
 
@@ -151,7 +153,7 @@ def _interrupt_on_twin(hosts, twin: str) -> tuple[list[str], list[str]]:
     original = inventory.TWINS[twin]
     address = hosts.lab.machines[twin].address
     rng = random.Random(f"{SEED}-{twin}")
-    cases = []
+    cases = _cut_copy_on_twin(hosts, original, address)
     mine = [s for s in hosts.steps if s.node == original and s.create]
     for step in sorted(mine, key=lambda s: hosts.first.order.index(s.name)):
         duration = hosts.first.results[step.name].seconds
@@ -166,8 +168,29 @@ def _interrupt_on_twin(hosts, twin: str) -> tuple[list[str], list[str]]:
         rc, out, err, seconds, _ = hosts.ssh.run(address, step.create, stdin)
         cases.append(f"{step.name} re-run to the end: rc={rc} in {seconds:.1f} s")
         if rc != 0:
-            return cases, [f"{step.name} failed after interruptions: {out[-800:]} {err[-1500:]}"]
+            return cases, [f"{step.name} failed after interruptions: rc={rc} {out[-800:]} {err[-1500:]}"]
     return cases, probe.differences(hosts.converged[original], probe.fingerprint(hosts.ssh, address))
+
+
+def _cut_copy_on_twin(hosts, original: str, address: str) -> list[str]:
+    """The host-script copy cut short (half the bundle written, as a dropped SFTP session leaves it): the
+    first step then stops naming its missing script, and the copy re-run makes the step work."""
+    copy = next(s for s in hosts.steps if s.node == original and s.copy)
+    source, remote_path = copy.copy
+    data = Path(source).read_bytes()
+    write = f"mkdir -p {shlex.quote(str(Path(remote_path).parent))} && cat > {shlex.quote(remote_path)}"
+    half = subprocess.run(hosts.ssh.argv(address, write), input=data[: len(data) // 2], capture_output=True)
+    assert half.returncode == 0, half.stderr
+    mine = [s for s in hosts.steps if s.node == original and s.create]
+    first = min(mine, key=lambda s: hosts.first.order.index(s.name))
+    rc, _, err, _, _ = hosts.ssh.run(address, first.create)
+    assert rc != 0 and "is not on this host" in err, (rc, err[-600:])
+    rc, out, err, seconds, _ = hosts.ssh.copy(address, source, remote_path)
+    assert rc == 0, (out, err)
+    return [
+        f"{copy.name} cut after {len(data) // 2} of {len(data)} bytes: {first.name} stops, naming the missing script",
+        f"{copy.name} re-run to the end: rc={rc} in {seconds:.1f} s",
+    ]
 
 
 def test_interrupted_steps_converge(hosts):

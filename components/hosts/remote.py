@@ -3,13 +3,18 @@
 Every host step in this program goes through `host_script`, so the rules live in one place:
 - the script is a static file in the `scripts/` folder of the component that sends it (found by its name,
   unique across components), after the shared helpers of this folder (`lib.sh`; code several scripts
-  share in `include/`), sent inline as `bash -c '<script>'`;
+  share in `include/`); it reaches the host once per version in a content-addressed bundle (`delivery.py`:
+  the host's `<host>-scripts` step), and the step's command is a short call that runs it by its SHA-256
+  as `bash -c '<script>' <name>`, exactly the program it used to carry inline;
 - parameters are `VAR=value` assignments in front of it, each quoted with `shlex.quote`
   (sshd's `AcceptEnv` usually refuses `environment=`);
 - secrets go on stdin, never on the command line, and commands whose output holds secrets do not log
   and mark stdout/stderr secret;
 - a step re-runs exactly when its script or parameters change, never otherwise: `triggers` hold a
-  hash of them. A step with a destructive `delete` (uninstall, drain) must not be torn down because
+  hash of them (of the command that carried the script inline, `inline_invocation`: the value every
+  deployed step holds, so that the delivery itself replaces nothing). There is no `update` command:
+  pulumi-command runs `create` on update when `update` is unset (provider/pkg/provider/remote/
+  commandController.go, `Update`). A step with a destructive `delete` (uninstall, drain) must not be torn down because
   its script changed: its triggers hold only its identity (host, address), a changed script is an
   in-place update that runs the idempotent script again, and a changed identity replaces it with the
   old one torn down first (`delete_before_replace`).
@@ -29,6 +34,7 @@ from typing import Optional
 import pulumi
 import pulumi_command as command
 
+from components.hosts import delivery
 from settings import Settings
 
 HERE = Path(__file__).parent
@@ -49,10 +55,13 @@ class HostAccess:
     address: str
     connection: command.remote.ConnectionArgs
     sudo: bool
+    scripts: Optional[pulumi.Resource] = None
+    """The host's `<host>-scripts` step (the bundle of host scripts): every step on the host waits for it."""
 
 
 def host_accesses(settings: Settings, private_key: pulumi.Input[str]) -> dict[str, HostAccess]:
-    """One SSH access per cluster node and NAS host, keyed by host name."""
+    """One SSH access per cluster node and NAS host, keyed by host name, each with the step that copies the
+    host scripts there (`delivery.copy_step`), which every host step on it waits for."""
     ssh = settings.ssh
     proxy = None
     if ssh.bastion is not None:
@@ -67,24 +76,21 @@ def host_accesses(settings: Settings, private_key: pulumi.Input[str]) -> dict[st
         )
     hosts = [(n.name, n.address, n.host_key) for n in settings.nodes]
     hosts += [(h.name, h.address, h.host_key) for h in settings.nas.hosts]
-    return {
-        name: HostAccess(
-            name=name,
-            address=address,
-            connection=command.remote.ConnectionArgs(
-                host=address,
-                port=ssh.port,
-                user=ssh.user,
-                private_key=private_key,
-                host_key=host_key,
-                proxy=proxy,
-                dial_error_limit=ssh.dial_error_limit,
-                per_dial_timeout=ssh.per_dial_timeout_seconds,
-            ),
-            sudo=ssh.user != "root",
+    accesses = {}
+    for name, address, host_key in hosts:
+        connection = command.remote.ConnectionArgs(
+            host=address,
+            port=ssh.port,
+            user=ssh.user,
+            private_key=private_key,
+            host_key=host_key,
+            proxy=proxy,
+            dial_error_limit=ssh.dial_error_limit,
+            per_dial_timeout=ssh.per_dial_timeout_seconds,
         )
-        for name, address, host_key in hosts
-    }
+        scripts = delivery.copy_step(name, connection)
+        accesses[name] = HostAccess(name, address, connection, sudo=ssh.user != "root", scripts=scripts)
+    return accesses
 
 
 def script_files() -> list[Path]:
@@ -123,10 +129,42 @@ def expanded(script: str) -> str:
     return _INCLUDE.sub(include, script_path(script).read_text())
 
 
+@functools.cache
+def _quoted_program(script: str) -> str:
+    return shlex.quote(script_text(script))
+
+
+@functools.cache
+def program_digest(script: str) -> str:
+    """The SHA-256 of the program `script` runs (`script_text`): its name in the bundle and on the host."""
+    return delivery.digest(script_text(script))
+
+
 def invocation(script: str, params: Mapping[str, str], sudo: bool) -> str:
-    """The shell command that runs the host script `script` with `params` as variables."""
+    """The shell command that runs the host script `script` with `params` as variables: the runner
+    (`delivery.RUNNER`), which runs the program by its SHA-256 from the host's copy of the bundle."""
+    return _command(shlex.quote(delivery.runner(program_digest(script))), script, params, sudo)
+
+
+def program_of(command_text: str) -> str:
+    """The program a step's command runs (the host script it names by SHA-256, `lib.sh` first), for
+    reviews and tests that read what a step does."""
+    found = re.search(r"\bh=([0-9a-f]{64})\n", command_text)
+    programs = {program_digest(path.name): script_text(path.name) for path in script_files()}
+    if found is None or found.group(1) not in programs:
+        raise ValueError(f"not a host step's command, or its program is not a host script: {command_text[:80]!r}")
+    return programs[found.group(1)]
+
+
+def inline_invocation(script: str, params: Mapping[str, str], sudo: bool) -> str:
+    """The command as it was when it carried the program inline (`bash -c '<program>' <name>`): what a
+    step's trigger hashes, so that it keeps the value deployed stacks hold. Never sent."""
+    return _command(_quoted_program(script), script, params, sudo)
+
+
+def _command(body_text: str, script: str, params: Mapping[str, str], sudo: bool) -> str:
     assignments = " ".join(f"{key}={shlex.quote(str(value))}" for key, value in sorted(params.items()))
-    body = f"bash -c {shlex.quote(script_text(script))} {shlex.quote(script)}"
+    body = f"bash -c {body_text} {shlex.quote(script)}"
     if sudo:
         cmd = f"sudo -n env {assignments} {body}" if assignments else f"sudo -n {body}"
     else:
@@ -179,16 +217,17 @@ def host_script(
     options = pulumi.ResourceOptions(
         delete_before_replace=delete is not None,
         additional_secret_outputs=["stdout", "stderr"] if secret_output else None,
+        depends_on=[host.scripts] if host.scripts is not None else None,
     )
     parts = trigger_parts if trigger_parts is not None else (script, delete_script, *identity)
-    trigger: pulumi.Input[str] = fingerprint(*parts) if delete else fingerprint(create)
+    inline = inline_invocation(script, params, host.sudo) if script else None
+    trigger: pulumi.Input[str] = fingerprint(*parts) if delete else fingerprint(inline)
     if replaced_with is not None:
         trigger = replaced_with.id.apply(lambda _, value=trigger: value)
     return command.remote.Command(
         resource_name,
         connection=host.connection,
         create=create,
-        update=create,
         delete=delete,
         stdin=stdin,
         # Non-destructive steps: re-run (replace) when the script or its parameters change.

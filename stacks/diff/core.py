@@ -22,7 +22,9 @@ ABSENT = object()
 # - helm.sh/v3 Release: `name`, `namespace` (pulumi-kubernetes provider/pkg/provider/helm_release.go,
 #   Diff: `forceNewFields := []string{".name", ".namespace"}`; DeleteBeforeReplace false).
 # - command:remote:Command: `triggers` (the pulumi_command SDK itself registers every Command with
-#   `replace_on_changes=["triggers[*]"]`, pulumi_command/remote/command.py; so it is in the plan too).
+#   `replace_on_changes=["triggers[*]"]`, pulumi_command/remote/command.py; so it is in the plan too);
+#   CopyToRemote likewise (pulumi_command/remote/copy_to_remote.py), and a new `source` or `remotePath` is
+#   an update that copies again (pulumi-command provider/pkg/provider/remote/copyController.go, `Update`).
 # - random:index/randomPassword:RandomPassword, randomBytes:RandomBytes and randomId:RandomId: every input
 #   (terraform-provider-random marks each attribute RequiresReplace;
 #   pulumi_random/random_password.py: `keepers` "trigger recreation").
@@ -50,6 +52,7 @@ REPLACE_ON: dict[str, tuple[str, ...]] = {
     "kubernetes:helm.sh/v3:Release": ("name", "namespace"),
     "kubernetes:storage.k8s.io/v1:StorageClass": (*K8S_OBJECT, "parameters", "provisioner"),
     "command:remote:Command": ("triggers",),
+    "command:remote:CopyToRemote": ("triggers",),
     "random:index/randomPassword:RandomPassword": ("",),
     "random:index/randomBytes:RandomBytes": ("",),
     "random:index/randomId:RandomId": ("",),

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from components.cluster.config import GPU_TAINT
-from components.hosts.remote import fingerprint
+from components.hosts.remote import fingerprint, program_of
 from stacks import plan as plan_cli
 from stacks.engine import Plan
 from tests.conftest import evaluate, problems, run_plan, stack_doc
@@ -56,9 +56,10 @@ def test_one_preparation_command_per_node(prod_plan):
     prepares = [name for name in commands(prod_plan) if name.endswith("-prepare")]
     nodes = [n["name"] for n in stack_doc("prod")["nodes"]]
     assert sorted(prepares) == sorted(f"{n}-prepare" for n in nodes)
-    # Preparation waits for nothing: all hosts are prepared in parallel.
+    # Preparation waits only for the host's own copy of the host scripts: all hosts are prepared in parallel.
     for name in prepares:
-        assert commands(prod_plan)[name]["dependencies"] == []
+        scripts = prod_plan.named(name.replace("-prepare", "-scripts"))["urn"]
+        assert commands(prod_plan)[name]["dependencies"] == [scripts]
 
 
 def test_init_server_first_then_servers_one_at_a_time(prod_plan):
@@ -85,7 +86,7 @@ def test_every_other_node_waits_only_for_the_init_server_and_the_ca_hash(prod_pl
         waits = {d.rsplit("::", 1)[1] for d in cmds[f"{node}-rke2"]["dependencies"]}
         token = "rke2-token" if node in {"cpu-02", "cpu-03"} else "rke2-agent-token"
         # An agent never depends on the server token (`rke2-token`): only the agent token.
-        assert waits == {f"{node}-prepare", "cpu-01-rke2", token, "cluster-ca-hash"} | (
+        assert waits == {f"{node}-prepare", f"{node}-scripts", "cpu-01-rke2", token, "cluster-ca-hash"} | (
             {"rke2-agent-token"} if token == "rke2-token" else set()
         ), node
 
@@ -292,7 +293,7 @@ GPU_OUTPUTS = {"acceptance", "gpuNodes", "gpuSchedulable", "gpuTotal"}
 )
 def test_adding_or_removing_a_node_touches_only_its_own_resources(prod_plan, edit, node, side, gpu):
     result = plan_cli.diff(_doc(prod_plan), _doc(evaluate("prod", edit)))
-    own = ["labels-taints", "membership", "prepare", "rke2", "rke2-certificate-dates", "zabbix-host"]
+    own = ["labels-taints", "membership", "prepare", "rke2", "rke2-certificate-dates", "scripts", "zabbix-host"]
     if gpu:  # its InfiniBand and NVMe steps, and its own acceptance check
         own += ["infiniband", "nvme", "acceptance-gpu"]
     # A new InfiniBand GPU node is paired for the NCCL check: with 15 before, the odd one out (gpu-15, paired
@@ -330,8 +331,8 @@ def test_removal_drains_then_uninstalls_also_on_replace(prod_plan):
     assert membership["inputs"]["triggers"] == [fingerprint("node-membership.sh", "node-remove.sh", "cpu-30")]
     assert params_of(rke2["inputs"]["delete"]) == {"NODE_NAME": "cpu-30"}  # the uninstall checks the host
     assert params_of(membership["inputs"]["delete"]) == {"DRAIN": "true", "DRAIN_TIMEOUT": "900", "NODE_NAME": "cpu-30"}
-    assert '"$KUBECTL" drain' in membership["inputs"]["delete"]
-    assert "rke2-uninstall.sh" in rke2["inputs"]["delete"]
+    assert '"$KUBECTL" drain' in program_of(membership["inputs"]["delete"])
+    assert rke2["inputs"]["delete"].endswith(" rke2-uninstall.sh")
     for resource in (membership, rke2):
         assert prod_plan.options[resource["urn"]]["deleteBeforeReplace"] is True
     # The membership runs on the init server, not on the node being removed.

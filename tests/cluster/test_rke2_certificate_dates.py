@@ -171,6 +171,7 @@ def test_every_cluster_node_gets_the_step_after_its_preparation_only(stack):
     }  # cluster nodes only: the NAS hosts run no RKE2
     for step in steps:
         node = step["name"].removesuffix("-rke2-certificate-dates")
-        assert [by_urn[d]["name"] for d in step["dependencies"]] == [f"{node}-prepare"]
+        # After its preparation, and its host's copy of the host scripts (which every step on a host waits for).
+        assert sorted(by_urn[d]["name"] for d in step["dependencies"]) == [f"{node}-prepare", f"{node}-scripts"]
         assert "ACTION=install" in step["inputs"]["create"] and "ACTION=remove" in step["inputs"]["delete"]
         assert step["options"]["deleteBeforeReplace"]

@@ -15,17 +15,21 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Optional
 
 import yaml
 
 from tests.hosts.machines import USER
 
+ROOT = Path(__file__).resolve().parents[2]
+
 # The steps this harness runs, by kind (the resource name after its host's name, or after its component's
-# for the init server's cluster steps). MinIO and the Zabbix agent on the NAS are not run by the harness
+# for the init server's cluster steps; `scripts` is the host's copy of the host-script bundle, a
+# CopyToRemote). MinIO and the Zabbix agent on the NAS are not run by the harness
 # (docs/testing.md, host harness); a membership step has no command at create, only its delete.
 RUN = (
+    "scripts",
     "prepare",
     "rke2-certificate-dates",
     "nvme",
@@ -68,6 +72,8 @@ class Step:
     dependencies: list[str]
     secret_stdin: bool = False
     subject: str = ""
+    copy: Optional[tuple[str, str]] = None
+    """A CopyToRemote: (local source file, remote path relative to the SSH user's home)."""
 
 
 @dataclass
@@ -94,11 +100,15 @@ def steps(plan: dict, config_file: Path, revealed: dict[str, dict]) -> tuple[lis
     names.update({h["address"]: h["name"] for h in config["ml-platform:nas"]["hosts"]})
     chosen, skipped = [], []
     for resource in plan["resources"]:
-        if resource["type"] != "command:remote:Command":
+        if resource["type"] not in ("command:remote:Command", "command:remote:CopyToRemote"):
             continue
         name, inputs = resource["name"], resource["inputs"]
         secret = revealed[name]
         assert (secret.get("create"), secret.get("delete")) == (inputs.get("create"), inputs.get("delete")), name
+        copy = None
+        if resource["type"] == "command:remote:CopyToRemote":
+            source = Path(inputs["source"]["asset"])  # a FileAsset: relative to the project, as `pulumi` runs
+            copy = (str(source if source.is_absolute() else ROOT / source), inputs["remotePath"])
         address = secret["connection"]["host"]
         node = names[address]
         # The node a step is about (a membership's delete runs on the init server, about its own node).
@@ -119,6 +129,7 @@ def steps(plan: dict, config_file: Path, revealed: dict[str, dict]) -> tuple[lis
                 resource["dependencies"],
                 secret_stdin=inputs.get("stdin") is not None,
                 subject=subject,
+                copy=copy,
             )
         )
     return chosen, sorted(skipped)
@@ -186,8 +197,23 @@ class Ssh:
         finally:
             if kill_after is not None:
                 timer.cancel()
+                # A cut under way ends before the next step starts: its kill, still listing the sessions
+                # when this connection closed, would otherwise kill the next step's processes too.
+                timer.join()
                 killed_at = kill_after if getattr(proc, "cut", False) else None
         return proc.returncode, out, err, time.monotonic() - start, killed_at
+
+    def copy(self, address: str, source: str, remote_path: str) -> tuple[int, str, str, float, None]:
+        """A CopyToRemote as pulumi-command v1.2.1 does it over SFTP (provider/pkg/provider/remote/
+        copyController.go, `sftpCopy`): the remote path's parent directories made (MkdirAll), then the file
+        created or truncated and written. The real OpenSSH sftp client, through the bastion."""
+        parents = [str(p) for p in reversed(PurePosixPath(remote_path).parents) if str(p) not in (".", "/")]
+        batch = "".join(f"-mkdir {p}\n" for p in parents) + f"put {source} {remote_path}\n"
+        start = time.monotonic()
+        proc = subprocess.run(
+            ["sftp", "-F", str(self.config), "-b", "-", address], input=batch, capture_output=True, text=True
+        )
+        return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start, None
 
     def _cut(self, address: str, proc: subprocess.Popen) -> None:
         if proc.poll() is not None:
@@ -231,7 +257,7 @@ def run_steps(
     run = Run()
     done: set[str] = set()
     running: dict[concurrent.futures.Future, Step] = {}
-    pending = [s for s in chosen if getattr(s, action)]
+    pending = [s for s in chosen if getattr(s, action) or (s.copy and action == "create")]
     with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
         while pending or running:
             ready = [s for s in pending if deps[s.urn] <= done]
@@ -241,7 +267,10 @@ def run_steps(
                 # A secret stdin is known once what it is made of is (a join token pins the CA hash
                 # that an earlier step read): as the engine resolves it when the step starts.
                 stdin = stdin_of(step, run.results) if step.secret_stdin and action == "create" and stdin_of else None
-                running[pool.submit(ssh.run, address, getattr(step, action), stdin)] = step
+                if step.copy:
+                    running[pool.submit(ssh.copy, address, *step.copy)] = step
+                else:
+                    running[pool.submit(ssh.run, address, getattr(step, action), stdin)] = step
                 run.order.append(step.name)
             if not running:
                 break  # what is left waits for a failed step

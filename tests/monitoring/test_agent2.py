@@ -24,6 +24,7 @@ from components.monitoring.config import PSK_IDENTITY, RELEASE, global_macros, t
 from components.monitoring.kinds import IMPORT_RULES, KINDS, normalized
 from settings import load
 from tests.conftest import requires_upstream, stack_doc
+from tests.hosts import staged_bundle
 from tests.monitoring.agent2 import (
     CHART_AGENT_DEFAULTS,
     File,
@@ -194,6 +195,7 @@ def run_nas_script(tmp_path, step_create: str, psk: str, runs: int = 1) -> tuple
     for name, body in _NAS_STUBS.items():
         (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
         (stubs / name).chmod(0o755)
+    home = staged_bundle(tmp_path / "home")
     dirs = {n: tmp_path / n for n in ("etc-up", "etc-work", "keys-up", "keys-work")}
     for d in dirs.values():
         d.mkdir()
@@ -209,7 +211,9 @@ def run_nas_script(tmp_path, step_create: str, psk: str, runs: int = 1) -> tuple
             input=psk + "\n",
             capture_output=True,
             text=True,
-            env={"PATH": f"{stubs}:{os.environ['PATH']}"},
+            # The step's runner finds its program in the bundle the host's -scripts step copied (HOME) and
+            # keeps it in a store under HOST_ROOT, not on this machine.
+            env={"PATH": f"{stubs}:{os.environ['PATH']}", "HOME": str(home), "HOST_ROOT": str(tmp_path / "root")},
         )
         assert proc.returncode == 0, proc.stderr
         outputs.append(proc.stdout + proc.stderr)
