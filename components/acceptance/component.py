@@ -87,7 +87,8 @@ class AcceptanceChecksArgs:
     """Storage class by tier key (`tier1`, `tier2Block`, `tier2Shared`), as in the stack output."""
     s3: Optional[S3Target]
     zabbix_url: str
-    zabbix_token: pulumi.Input[str]
+    zabbix_token: Optional[pulumi.Input[str]]
+    """The token of the read-only API user the monitoring component made for this check (None: no check)."""
     zabbix_ca: pulumi.Input[str]
     """PEM of the CA the Zabbix web certificate chains to ("" with plain HTTP)."""
     kueue_wait_seconds: Optional[int]
@@ -148,6 +149,8 @@ class AcceptanceChecks(pulumi.ComponentResource):
         if settings.scheduling.enabled and any(n.gpu is None for n in args.nodes):
             gang_check(self)
         if settings.monitoring.enabled and args.monitored_hosts:
+            if args.zabbix_token is None:
+                raise ValueError("acceptance.monitoring: the check needs the read-only Zabbix token (none given)")
             zabbix_check(self)
         if settings.drift.enabled:
             self._drift_probe()

@@ -11,6 +11,8 @@ from components.acceptance.checks import GANG_PODS, VOLCANO_GROUP_ANNOTATION
 from components.acceptance.component import REPLACE_UNREADY, check_program
 from components.acceptance.drivers import CLUSTER_RULES, NAMESPACE_RULES, SERVICE_ACCOUNT, driver_program
 from components.acceptance.gpu_checks import GPU_RESOURCES, ib_pairs
+from components.monitoring.config import node_groups
+from components.monitoring.reader import READ_METHODS, READER
 from components.scheduling.config import MANAGED_LABEL
 from settings import load
 from settings.scheduling import quantity_value
@@ -383,3 +385,42 @@ def test_the_tier1_check_claims_its_nvme_in_a_worker_the_driver_deletes(prod_pla
     assert driver_env(job)["NODES"] == ""  # no GPU taken: not skipped for a busy node
     claims = prod_plan.by_type("kubernetes:core/v1:PersistentVolumeClaim")
     assert not [c for c in claims if c["inputs"]["metadata"].get("namespace") == HOME]
+
+
+def test_the_monitoring_check_holds_a_read_only_api_users_token_a_secret_end_to_end(prod_plan):
+    # The monitoring component makes a role (API: an allow list of read methods), a user group reading the host
+    # groups of the hosts the check reads, a user and its token; the check's Secret holds that token.
+    dynamic = "pulumi-python:dynamic/zabbix:{}"
+    [role] = prod_plan.by_type(dynamic.format("UserRole"))
+    assert role["inputs"]["spec"] == {"name": READER, "type": 1, "api": sorted(READ_METHODS)}
+    assert all(m.endswith(".get") for m in READ_METHODS)
+    [group] = [g for g in prod_plan.by_type(dynamic.format("UserGroup")) if g["inputs"]["spec"]["name"] == READER]
+    settings = load(stack_doc("prod"))
+    read = {g for n in settings.nodes for g in node_groups(n)} | {"ml-platform/nas"}
+    assert group["inputs"]["spec"]["host_groups"] == sorted(read)
+    [user] = [u for u in prod_plan.by_type(dynamic.format("User")) if u["inputs"]["spec"]["username"] == READER]
+    assert user["inputs"]["spec"] == {"username": READER, "role": READER, "group": READER}  # no media, no password
+    [token] = prod_plan.by_type(dynamic.format("ApiToken"))
+    assert prod_plan.options[token["urn"]]["additionalSecretOutputs"] == ["token"]
+    assert token["inputs"]["connection"] == "[secret]" and user["urn"] in token["dependencies"]
+    secret = prod_plan.named("acceptance-zabbix-token")
+    assert secret["inputs"]["stringData"] == "[secret]" or secret["inputs"]["stringData"]["token"] == "[secret]"
+    # The check's token comes from the reader's token, not from the program's Super admin bootstrap.
+    assert token["urn"] in secret["dependencies"]
+    assert not [d for d in secret["dependencies"] if d.endswith("::monitoring-api-bootstrap")]
+    # No monitoring check, no reader.
+    off = evaluate("prod", lambda raw: raw.update(acceptance={"monitoring": {"enabled": False}}))
+    assert not off.by_type(dynamic.format("ApiToken")) and not off.by_type(dynamic.format("UserRole"))
+
+
+def test_the_token_provider_is_pickled_under_the_providers_state_module():
+    # Pulumi pickles a dynamic provider by reference: the new one lives where deployed states find the others.
+    import pickle
+
+    from components import zabbix_objects
+    from components.monitoring.objects import STATE_MODULE
+    from components.monitoring.reader import ApiTokenProvider
+
+    assert ApiTokenProvider.__module__ == STATE_MODULE == zabbix_objects.__name__
+    assert zabbix_objects.ApiTokenProvider is ApiTokenProvider
+    assert STATE_MODULE.encode() in pickle.dumps(ApiTokenProvider())
