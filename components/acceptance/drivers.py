@@ -57,7 +57,8 @@ def policy_wait(timeout: int) -> int:
 
 
 def driver_rights(checks: AcceptanceChecks) -> list[pulumi.Resource]:
-    """The driver's ServiceAccount, Role and ClusterRole with their bindings."""
+    """The driver's ServiceAccount, Role and ClusterRole with their bindings, all of which a driven Job waits for
+    (and none for another: they are created together, once the namespace is there)."""
     name, home = checks.resource_name, checks.home
     opts = pulumi.ResourceOptions(parent=checks, provider=checks.args.provider)
     cluster_role_name = f"ml-platform-{SERVICE_ACCOUNT}"
@@ -73,19 +74,19 @@ def driver_rights(checks: AcceptanceChecks) -> list[pulumi.Resource]:
         metadata={"name": SERVICE_ACCOUNT, "namespace": home},
         role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SERVICE_ACCOUNT},
         subjects=subject,
-        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[role, account])),
+        opts=opts,
     )
-    cluster_role = k8s.rbac.v1.ClusterRole(
-        f"{name}-driver-read", metadata={"name": cluster_role_name}, rules=CLUSTER_RULES, opts=opts
-    )
+    # Cluster-scoped: the namespace's name in an annotation makes them wait for it, as the Jobs do.
+    cluster_meta = {"name": cluster_role_name, "annotations": {"ml-platform.io/acceptance-namespace": home}}
+    cluster_role = k8s.rbac.v1.ClusterRole(f"{name}-driver-read", metadata=cluster_meta, rules=CLUSTER_RULES, opts=opts)
     cluster_binding = k8s.rbac.v1.ClusterRoleBinding(
         f"{name}-driver-read",
-        metadata={"name": cluster_role_name},
+        metadata=cluster_meta,
         role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role_name},
         subjects=subject,
-        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[cluster_role, account])),
+        opts=opts,
     )
-    return [binding, cluster_binding]
+    return [account, role, binding, cluster_role, cluster_binding]
 
 
 def driver_pod_spec(
