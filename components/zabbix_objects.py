@@ -5,5 +5,6 @@ stack's state may refer to it.
 """
 
 from components.monitoring.objects import BootstrapProvider, ZabbixObjectProvider
+from components.monitoring.reader import ApiTokenProvider
 
-__all__ = ["BootstrapProvider", "ZabbixObjectProvider"]
+__all__ = ["ApiTokenProvider", "BootstrapProvider", "ZabbixObjectProvider"]

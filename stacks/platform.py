@@ -251,6 +251,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             minio_port=settings.storage.minio.port,
             teams=settings.scheduling.teams,
             kueue_namespace=settings.scheduling.kueue_namespace,
+            acceptance_reader=settings.acceptance.monitoring.enabled,
         ),
     )
     backup_sources = settings.storage.minio.backup.sources
@@ -276,7 +277,7 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             if backup_sources and backup_sources[0].name in minio.backup_rclone_env
             else None,
             zabbix_url=monitoring.url,
-            zabbix_token=monitoring.api_token,
+            zabbix_token=monitoring.reader_token,
             zabbix_ca=monitoring.ca_cert,
             kueue_wait_seconds=settings.scheduling.wait_for_pods_ready.timeout_seconds,
             exercised=exercised_settings(settings),

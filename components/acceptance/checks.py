@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.acceptance.drivers import Driven
 from components.acceptance.gpu_checks import RESTRICTED, gpu_toleration
 from components.scheduling.config import KUEUE_API
 from settings.scheduling import CPU_FLAVOR
@@ -82,6 +83,9 @@ def storage_check(checks: AcceptanceChecks) -> None:
                     else {"nodeSelector": {"ml-platform.io/role": "cpu"}}
                 ),
             },
+            # Tier 1: a driver runs the check as a worker pod and deletes it at the end, so the whole NVMe its
+            # ephemeral volume claims is released then (a finished Job keeps its pod, and the pod its claim).
+            driven=Driven() if on_gpu else None,
         )
     s3 = checks.args.s3
     if s3 is not None:

@@ -42,6 +42,7 @@ import pulumi_kubernetes as k8s
 
 from components.acceptance.checks import gang_check, storage_check, zabbix_check
 from components.acceptance.drift import probe_environment
+from components.acceptance.drivers import Driven, driver_pod_spec, driver_rights
 from components.acceptance.gpu_checks import CHECK_LABEL, gpu_node_check, nccl_check
 from components.hosts.remote import fingerprint
 from components.namespaces import platform_namespace
@@ -86,7 +87,8 @@ class AcceptanceChecksArgs:
     """Storage class by tier key (`tier1`, `tier2Block`, `tier2Shared`), as in the stack output."""
     s3: Optional[S3Target]
     zabbix_url: str
-    zabbix_token: pulumi.Input[str]
+    zabbix_token: Optional[pulumi.Input[str]]
+    """The token of the read-only API user the monitoring component made for this check (None: no check)."""
     zabbix_ca: pulumi.Input[str]
     """PEM of the CA the Zabbix web certificate chains to ("" with plain HTTP)."""
     kueue_wait_seconds: Optional[int]
@@ -133,6 +135,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
         self.namespace = namespace
         self.home = namespace.metadata.apply(lambda meta: meta.name)
         self.resource_name = name
+        self._driver_rights: Optional[list[pulumi.Resource]] = None
         self.extra_deps: dict[str, list[pulumi.Resource]] = {
             f"gpu-{node}": [ready] for node, ready in args.node_ready.items()
         }
@@ -146,6 +149,8 @@ class AcceptanceChecks(pulumi.ComponentResource):
         if settings.scheduling.enabled and any(n.gpu is None for n in args.nodes):
             gang_check(self)
         if settings.monitoring.enabled and args.monitored_hosts:
+            if args.zabbix_token is None:
+                raise ValueError("acceptance.monitoring: the check needs the read-only Zabbix token (none given)")
             zabbix_check(self)
         if settings.drift.enabled:
             self._drift_probe()
@@ -168,9 +173,11 @@ class AcceptanceChecks(pulumi.ComponentResource):
         resource_name: Optional[str] = None,
         pod_labels: Optional[dict[str, str]] = None,
         pod_annotations: Optional[dict[str, str]] = None,
+        driven: Optional[Driven] = None,
     ) -> k8s.batch.v1.Job:
         """One check's Job: bounded by the check's timeout, never retried (a failure is the result), replaced
-        on the next `up` when it is not ready (it failed, or an `up` stopped waiting for it)."""
+        on the next `up` when it is not ready (it failed, or an `up` stopped waiting for it). With `driven`,
+        the Job runs the driver (drivers.py), and the container and `extra` are its worker pod's."""
         job_name = f"acceptance-{check_id}"[:63].rstrip("-")
         labels = {CHECK_LABEL: "check", **({QUEUE_LABEL: queue} if queue else {})}
         requests = containers_spec.get("resources", {}).get("requests", {})
@@ -193,11 +200,16 @@ class AcceptanceChecks(pulumi.ComponentResource):
         }
         pod_spec = {
             "restartPolicy": "Never",
-            # No check talks to the Kubernetes API with the pod's identity.
+            # No check talks to the Kubernetes API with the pod's identity (a driver, with its own, does).
             "automountServiceAccountToken": False,
             "containers": [container],
             **(extra or {}),
         }
+        depends_on = list(self.extra_deps.get(check_id, []))
+        if driven is not None:
+            driver_env = [*env[:2], {"name": "NODE", "value": node}]  # what the driver's own result line names
+            pod_spec = driver_pod_spec(self, driver_env, pod_spec, driven, check.timeout_seconds)
+            depends_on += self.driver_rights()
         spec: dict[str, Any] = {
             "backoffLimit": 0,
             "activeDeadlineSeconds": check.timeout_seconds,
@@ -232,7 +244,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=self.args.provider,
-                depends_on=self.extra_deps.get(check_id, []) or None,
+                depends_on=depends_on or None,
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{check.timeout_seconds}s", update=f"{check.timeout_seconds}s"
                 ),
@@ -251,6 +263,12 @@ class AcceptanceChecks(pulumi.ComponentResource):
             "run": str(self.args.acceptance.run),
         }
         return job
+
+    def driver_rights(self) -> list[pulumi.Resource]:
+        """The drivers' ServiceAccount and rights, created with the first driven check."""
+        if self._driver_rights is None:
+            self._driver_rights = driver_rights(self)
+        return self._driver_rights
 
     def _drift_probe(self) -> None:
         settings = self.args.acceptance

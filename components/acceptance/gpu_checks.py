@@ -1,5 +1,7 @@
-"""What the GPU node and NCCL checks run: each a Job that `AcceptanceChecks.job` creates from the container and
-pod spec built here, in the platform namespace, outside Kueue (components/acceptance/checks.py says why)."""
+"""What the GPU node and NCCL checks run: each a Job that `AcceptanceChecks.job` creates, in the platform namespace,
+outside Kueue (components/acceptance/checks.py says why). The Job runs the driver (drivers.py), which looks at
+the nodes first (cordoned or GPUs in use: skipped; the ClusterPolicy ready) and then runs the container and
+pod spec built here as worker pods pinned to the nodes."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.acceptance.drivers import Driven, policy_wait
 from components.cluster.config import GPU_TAINT, taint_object
 from settings import NodeSettings
 from settings.acceptance import AcceptanceSettings
@@ -50,7 +53,8 @@ def gpu_node_check(checks: AcceptanceChecks, node: NodeSettings) -> None:
             {"name": "EXPECTED_GPUS", "value": str(node.gpu.count)},
             {"name": "EXPECTED_DRIVER", "value": checks.args.driver_version or ""},
             {"name": "RDMA", "value": "true" if rdma else "false"},
-            {"name": "WAIT", "value": str(max(0, settings.gpu_nodes.timeout_seconds - 60))},
+            # The validation files: waited for with the time the driver leaves after the ClusterPolicy.
+            {"name": "WAIT", "value": str(validation_wait(settings.gpu_nodes.timeout_seconds))},
         ],
         "resources": {"requests": GPU_RESOURCES["gpu-node"]["requests"], "limits": limits},
         "volumeMounts": [{"name": "validations", "mountPath": "/run/nvidia/validations", "readOnly": True}],
@@ -65,11 +69,17 @@ def gpu_node_check(checks: AcceptanceChecks, node: NodeSettings) -> None:
         # Named after its node, like the node's other resources.
         resource_name=f"{node.name}-{checks.resource_name}-gpu",
         extra={
-            "nodeSelector": {"kubernetes.io/hostname": node.name},
             "tolerations": [gpu_toleration()],
             "volumes": [{"name": "validations", "hostPath": {"path": "/run/nvidia/validations"}}],
         },
+        driven=Driven(nodes=(node.name,), gpus=node.gpu.count),
     )
+
+
+def validation_wait(timeout: int) -> int:
+    """How long the GPU node check waits for the validation files: what is left after the driver's wait for the
+    ClusterPolicy, less two minutes to schedule the worker and report."""
+    return max(0, timeout - policy_wait(timeout) - 120)
 
 
 def ib_pairs(nodes: list[NodeSettings]) -> list[tuple[NodeSettings, NodeSettings]]:
@@ -93,7 +103,6 @@ def nccl_check(checks: AcceptanceChecks) -> None:
             gpus = min(first.gpu.count, second.gpu.count)
             check_id = f"nccl-ib-{first.name}-{second.name}"
             job_name = f"acceptance-{check_id}"[:63].rstrip("-")
-            pair = {"kubernetes.io/hostname": [first.name, second.name]}
             checks.job(
                 "gpu",
                 check_id,
@@ -101,34 +110,9 @@ def nccl_check(checks: AcceptanceChecks) -> None:
                 namespace,
                 f"{first.name},{second.name}",
                 nccl_container(settings, gpus, settings.nccl.ib_floor_gbs, 2, f"{job_name}-0.{job_name}", checks.args),
-                pods=2,
-                extra={
-                    "subdomain": job_name,
-                    "tolerations": [gpu_toleration()],
-                    "affinity": {
-                        "nodeAffinity": {
-                            "requiredDuringSchedulingIgnoredDuringExecution": {
-                                "nodeSelectorTerms": [
-                                    {
-                                        "matchExpressions": [
-                                            {"key": key, "operator": "In", "values": values}
-                                            for key, values in pair.items()
-                                        ]
-                                    }
-                                ]
-                            }
-                        },
-                        "podAntiAffinity": {
-                            "requiredDuringSchedulingIgnoredDuringExecution": [
-                                {
-                                    "labelSelector": {"matchLabels": {"ml-platform.io/check": check_id}},
-                                    "topologyKey": "kubernetes.io/hostname",
-                                }
-                            ]
-                        },
-                    },
-                    "volumes": NCCL_VOLUMES,
-                },
+                extra={"tolerations": [gpu_toleration()], "volumes": NCCL_VOLUMES},
+                # Worker i on the pair's i-th node, `<job>-i.<job>` in DNS through the headless Service below.
+                driven=Driven(nodes=(first.name, second.name), gpus=gpus, rendezvous=job_name),
             )
             k8s.core.v1.Service(
                 f"{checks.resource_name}-{check_id}-rendezvous",
@@ -139,7 +123,7 @@ def nccl_check(checks: AcceptanceChecks) -> None:
                 },
                 spec={
                     "clusterIP": "None",
-                    "selector": {"ml-platform.io/check": check_id},
+                    "selector": {"ml-platform.io/rendezvous": job_name},
                     "ports": [{"name": "rendezvous", "port": 29500}],
                 },
                 opts=pulumi.ResourceOptions(parent=checks, provider=checks.args.provider),
@@ -155,11 +139,8 @@ def nccl_check(checks: AcceptanceChecks) -> None:
             namespace,
             node.name,
             nccl_container(settings, node.gpu.count, settings.nccl.nvlink_floor_gbs, 1, "", checks.args),
-            extra={
-                "nodeSelector": {"kubernetes.io/hostname": node.name},
-                "tolerations": [gpu_toleration()],
-                "volumes": NCCL_VOLUMES,
-            },
+            extra={"tolerations": [gpu_toleration()], "volumes": NCCL_VOLUMES},
+            driven=Driven(nodes=(node.name,), gpus=node.gpu.count),
         )
 
 
@@ -186,7 +167,6 @@ def nccl_container(
             {"name": "MAX_BYTES", "value": settings.nccl.message_size},
             {"name": "PLATEAU_BYTES", "value": settings.nccl.plateau_from},
             {"name": "EXPECT_TRANSPORT", "value": "NET/IB" if nodes > 1 else ""},
-            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
             {"name": "HOME", "value": "/tmp"},
         ],
         "resources": {"requests": GPU_RESOURCES["nccl"]["requests"], "limits": limits},

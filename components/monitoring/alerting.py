@@ -1,5 +1,5 @@
-"""The alerting object kinds of the dynamic provider (`objects.py`, registered in `kinds.py`): the preloaded
-media types, and per alert channel a user group, a user and an action."""
+"""The user and alerting object kinds of the dynamic provider (`objects.py`, registered in `kinds.py`): the
+preloaded media types, per alert channel a user group, a user and an action; the API reader's role (`reader.py`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ _CONDITION_HOST_GROUP, _CONDITION_SEVERITY, _CONDITION_TAG_VALUE = 0, 4, 26
 _OPERATOR_EQUAL, _OPERATOR_AT_LEAST = 0, 5
 _OPERATION_MESSAGE, _OPERATION_NOTIFY_ALL = 0, 11
 _ALWAYS = "1-7,00:00-24:00"
+_USER_TYPE, _API_ALLOW_LIST = 1, 1
 
 
 class MediaTypeKind:
@@ -82,7 +83,7 @@ class UserGroupKind:
 
 
 class UserKind:
-    """An alert recipient: a user in one group, with one webhook media (the channel)."""
+    """A user in one group: an alert recipient, with one webhook media (the channel), or the API reader, without."""
 
     def find(self, api, spec, secrets):
         return first(api.user.get(filter={"username": spec["username"]}, output=["userid"]), "userid")
@@ -90,15 +91,13 @@ class UserKind:
     def _payload(self, api, spec):
         role = ids_of(api, "role", "roleid", "name", [spec["role"]])[0]
         group = ids_of(api, "usergroup", "usrgrpid", "name", [spec["group"]])[0]
-        media = ids_of(api, "mediatype", "mediatypeid", "name", [spec["mediatype"]])[0]
-        return {
-            "username": spec["username"],
-            "roleid": role,
-            "usrgrps": [{"usrgrpid": group}],
-            "medias": [
+        payload = {"username": spec["username"], "roleid": role, "usrgrps": [{"usrgrpid": group}], "medias": []}
+        if "mediatype" in spec:  # an alert recipient; the API reader has none
+            media = ids_of(api, "mediatype", "mediatypeid", "name", [spec["mediatype"]])[0]
+            payload["medias"] = [
                 {"mediatypeid": media, "sendto": spec["send_to"], "severity": spec["severity"], "period": _ALWAYS}
-            ],
-        }
+            ]
+        return payload
 
     def create(self, api, spec, secrets):
         return api.user.create(**self._payload(api, spec))["userids"][0]
@@ -125,6 +124,46 @@ class UserKind:
 
     def delete(self, api, id_):
         api.user.delete(id_)
+
+
+class UserRoleKind:
+    """A role of type User whose API access is an allow list of methods (7.0 role object: rules `api.access` 1,
+    `api.mode` 1 = allow list, `api` the methods), with no UI element and no action: what an API reader needs."""
+
+    def find(self, api, spec, secrets):
+        return first(api.role.get(filter={"name": spec["name"]}, output=["roleid"]), "roleid")
+
+    def _payload(self, spec):
+        rules = {
+            "api.access": 1,
+            "api.mode": _API_ALLOW_LIST,
+            "api": spec["api"],
+            "ui.default_access": 0,
+            "actions.default_access": 0,
+        }
+        return {"name": spec["name"], "type": _USER_TYPE, "rules": rules}
+
+    def create(self, api, spec, secrets):
+        return api.role.create(**self._payload(spec))["roleids"][0]
+
+    def update(self, api, id_, spec, secrets):
+        api.role.update(roleid=id_, **self._payload(spec))
+
+    def read(self, api, id_):
+        rows = api.role.get(roleids=[id_], output=["name", "type"], selectRules="extend")
+        if not rows:
+            return None
+        rules = rows[0]["rules"]
+        allowed = rules["api.access"] == "1" and rules["api.mode"] == str(_API_ALLOW_LIST)
+        # Anything else than an allow list reads as "*" (every method): a diff, and the next `up` restores it.
+        return {
+            "name": rows[0]["name"],
+            "type": int(rows[0]["type"]),
+            "api": sorted(rules["api"]) if allowed else ["*"],
+        }
+
+    def delete(self, api, id_):
+        api.role.delete(id_)
 
 
 class ActionKind:

@@ -84,6 +84,7 @@ class ZabbixMonitoringArgs:
     minio_port: int = 9000
     teams: Sequence[Team] = ()  # the per-team GPU view: a page per team with a GPU quota
     kueue_namespace: str = "kueue-system"  # where Kueue's metrics Service is (the <cluster>-kueue host)
+    acceptance_reader: bool = False  # a read-only API user and token for the monitoring acceptance check
 
 
 class ZabbixMonitoring(pulumi.ComponentResource):
@@ -93,6 +94,8 @@ class ZabbixMonitoring(pulumi.ComponentResource):
     admin_password: pulumi.Output[str]
     ca_cert: pulumi.Output[str]  # PEM the web UI's certificate chains to ("" with plain HTTP)
     monitored_hosts: list[str]
+    reader_token: Optional[pulumi.Output[str]]
+    """The acceptance check's read-only API token (a secret; reader.py), when `acceptance_reader` asked for it."""
 
     def __init__(self, name: str, args: ZabbixMonitoringArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("mlplatform:monitoring:ZabbixMonitoring", name, None, opts)
@@ -122,7 +125,7 @@ class ZabbixMonitoring(pulumi.ComponentResource):
         )
         self.api_token = bootstrap.token
         connection = pulumi.Output.secret({"url": f"{self.url}/api_jsonrpc.php", "token": bootstrap.token, "ca": ca})
-        self.monitored_hosts = api_objects(
+        self.monitored_hosts, self.reader_token = api_objects(
             self, name, args, self.url, connection, psk, lambda: self._kube_token(name, args), self.ready
         )
         self.register_outputs(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.monitoring.alerting import ActionKind, MediaTypeKind, UserGroupKind, UserKind
+from components.monitoring.alerting import ActionKind, MediaTypeKind, UserGroupKind, UserKind, UserRoleKind
 from components.monitoring.api import first, ids_of
 from components.monitoring.dashboards import DashboardKind, normalized_dashboard
 
@@ -206,6 +206,7 @@ KINDS: dict[str, Any] = {
     "MediaType": MediaTypeKind(),
     "UserGroup": UserGroupKind(),
     "User": UserKind(),
+    "UserRole": UserRoleKind(),
     "Action": ActionKind(),
     "Dashboard": DashboardKind(),
 }
@@ -221,7 +222,7 @@ def normalized(kind: str, spec: dict) -> dict:
         spec.setdefault("description", "")
     if kind == "Dashboard":
         spec = normalized_dashboard(spec)
-    for key in ("groups", "templates", "host_groups"):
+    for key in ("groups", "templates", "host_groups", "api"):
         if key in spec:
             spec[key] = sorted(spec[key])
     for key in ("tags", "event_tags"):

@@ -117,6 +117,7 @@ Host = _resource_class("Host")
 MediaType = _resource_class("MediaType")
 UserGroup = _resource_class("UserGroup")
 User = _resource_class("User")
+UserRole = _resource_class("UserRole")
 Action = _resource_class("Action")
 Dashboard = _resource_class("Dashboard")
 

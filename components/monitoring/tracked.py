@@ -5,7 +5,7 @@ dynamic-provider resource (`objects.py`) that works through the API user the boo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import pulumi
 
@@ -33,6 +33,7 @@ from components.monitoring.config import (
 from components.monitoring.dashboards import dashboard_references, overview_dashboard, teams_dashboard
 from components.monitoring.queue_dashboards import queues_dashboard, team_queues_dashboard
 from components.monitoring.queues import kueue_host, kueue_host_spec, kueue_reader_token
+from components.monitoring.reader import acceptance_reader
 from settings.monitoring import HOST_GROUPS, Channel
 from settings.scheduling import Team
 
@@ -49,8 +50,9 @@ def api_objects(
     psk: pulumi.Output[str],
     kube_token: Callable[[], pulumi.Output[str]],
     ready: Sequence[pulumi.Resource],
-) -> list[str]:
-    """Every Zabbix object of the platform, children of `parent`; the names of the monitored hosts."""
+) -> tuple[list[str], Optional[pulumi.Output[str]]]:
+    """Every Zabbix object of the platform, children of `parent`; the names of the monitored hosts, and the
+    token of the acceptance check's read-only API user (None: not asked for)."""
 
     def opts(*deps: pulumi.Resource) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=parent, depends_on=list(deps))
@@ -129,7 +131,13 @@ def api_objects(
     named = dict(groups)
     named.update(zip(hosts, host_objects, strict=True))  # same order: nodes, NAS, cluster hosts
     _dashboards(name, args, connection, opts, named)
-    return hosts
+    reader = None
+    if args.acceptance_reader:  # the host groups of what the check reads: every node and NAS host
+        read_groups = {g for n in args.nodes for g in node_groups(n)} | (
+            {"ml-platform/nas"} if args.nas_hosts else set()
+        )
+        reader = acceptance_reader(name, sorted(read_groups), connection, opts, groups)
+    return hosts, reader
 
 
 def _dashboards(name, args, connection, opts, named: dict[str, pulumi.Resource]) -> None:

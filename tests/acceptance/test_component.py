@@ -3,11 +3,16 @@ platform namespace with its program inline, with requests; none can wait suspend
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from components.acceptance.checks import GANG_PODS, VOLCANO_GROUP_ANNOTATION
 from components.acceptance.component import REPLACE_UNREADY, check_program
+from components.acceptance.drivers import CLUSTER_RULES, NAMESPACE_RULES, SERVICE_ACCOUNT, driver_program
 from components.acceptance.gpu_checks import GPU_RESOURCES, ib_pairs
+from components.monitoring.config import node_groups
+from components.monitoring.reader import READ_METHODS, READER
 from components.scheduling.config import MANAGED_LABEL
 from settings import load
 from settings.scheduling import quantity_value
@@ -33,7 +38,20 @@ def pod_spec(job: dict) -> dict:
 
 
 def env_of(job: dict) -> dict[str, str]:
+    """The check container's environment (a driven check's: its worker's)."""
+    return {e["name"]: e.get("value") for e in worker_of(job)["containers"][0]["env"]}
+
+
+def driver_env(job: dict) -> dict[str, str]:
     return {e["name"]: e.get("value") for e in pod_spec(job)["containers"][0]["env"]}
+
+
+def worker_of(job: dict) -> dict:
+    """The pod that runs the check: a driven check's worker pod spec (the driver's WORKER), else the Job's pod."""
+    pod = pod_spec(job)
+    if pod.get("serviceAccountName") != SERVICE_ACCOUNT:
+        return pod
+    return json.loads(driver_env(job)["WORKER"])
 
 
 def test_the_preview_lists_every_check_with_its_wait_and_the_drift_probe(prod_plan):
@@ -62,8 +80,16 @@ def test_every_check_is_a_job_replaced_when_unready_with_a_bounded_timeout_and_r
         assert meta["annotations"]["pulumi.com/timeoutSeconds"] == "600", name
         assert spec["activeDeadlineSeconds"] == 600 and spec["backoffLimit"] == 0, name
         assert prod_plan.options[job["urn"]]["deleteBeforeReplace"] is True
-        pod = pod_spec(job)
+        pod = worker_of(job)
         assert pod["automountServiceAccountToken"] is False, name
+        if pod is not pod_spec(job):  # driven: the Job's pod is the driver, with requests too
+            driver = pod_spec(job)["containers"][0]
+            assert driver["command"] == ["python3", "-c", driver_program(), "driver"], name
+            assert {"cpu", "memory"} <= set(driver["resources"]["requests"]) and "memory" in driver["resources"][
+                "limits"
+            ]
+            assert "nvidia.com/gpu" not in json.dumps(driver["resources"]) and "volumes" not in pod_spec(job)
+            assert driver_env(job)["DEADLINE"] == str(600 - 30), name  # the driver ends before the Job's deadline
         container = pod["containers"][0]
         # Requests on every check: none is BestEffort (a GPU check's GPUs are limits, so requests too).
         requests = container["resources"]["requests"]
@@ -163,8 +189,10 @@ def test_gang_check_goes_through_kueue_and_volcano(prod_plan):
 
 def test_gpu_node_check_requests_the_inventory_gpus_and_rdma_and_knows_the_driver(prod_plan):
     job = jobs(prod_plan)["acceptance-gpu-gpu-01"]
-    pod = pod_spec(job)
-    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "gpu-01"}
+    pod = worker_of(job)
+    # The driver pins the worker to the node once it saw the node free (not cordoned, no GPU in use).
+    assert driver_env(job)["NODES"] == "gpu-01" and driver_env(job)["GPUS"] == "8"
+    assert "nodeSelector" not in pod and "nodeSelector" not in pod_spec(job)
     limits = pod["containers"][0]["resources"]["limits"]
     assert limits == {**GPU_RESOURCES["gpu-node"]["limits"], "nvidia.com/gpu": "8", "rdma/ib": "1"}
     assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"} in pod["tolerations"]
@@ -181,13 +209,18 @@ def test_nccl_measures_every_ib_node_in_disjoint_pairs_with_a_floor_from_the_lin
     assert {f"gpu-{n.removeprefix('gpu-')}" for n in covered} == {n.name for n in ib}
     assert len(pairs) == (len(ib) + 1) // 2
     for name, job in pairs.items():
-        spec, pod = job["inputs"]["spec"], pod_spec(job)
+        spec = job["inputs"]["spec"]
         assert "kueue.x-k8s.io/queue-name" not in job["inputs"]["metadata"]["labels"] and "suspend" not in spec
-        assert spec["completions"] == 2 and spec["parallelism"] == 2 and spec["completionMode"] == "Indexed"
-        terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-        assert len(terms[0]["matchExpressions"][0]["values"]) == 2
-        anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        assert anti[0]["topologyKey"] == "kubernetes.io/hostname"  # two different nodes
+        # One driver; it pins worker i to the pair's i-th node as `<job>-i` under the headless Service `<job>`,
+        # which selects the workers by their rendezvous label (the driver sets it).
+        assert "completions" not in spec and "parallelism" not in spec
+        pair = driver_env(job)["NODES"].split()
+        assert len(set(pair)) == 2 and driver_env(job)["RENDEZVOUS"] == name
+        [service] = [
+            s for s in prod_plan.by_type("kubernetes:core/v1:Service") if s["inputs"]["metadata"]["name"] == name
+        ]
+        assert service["inputs"]["spec"]["selector"] == {"ml-platform.io/rendezvous": name}
+        assert service["inputs"]["spec"]["clusterIP"] == "None"
         env = env_of(job)
         assert env["FLOOR_GBS"] == "40.0" and env["EXPECT_TRANSPORT"] == "NET/IB"  # 400 Gb/s / 8 x 0.8
         assert env["MASTER"] == f"{name}-0.{name}" and env["PLATEAU_BYTES"] == "256M"
@@ -289,3 +322,105 @@ def test_a_failed_check_fails_the_run_naming_the_check_and_the_node(monkeypatch)
     monkeypatch.setattr(engine._RecordingMonitor, "_echo", echo)
     plan = evaluate("prod", lambda raw: raw.update(acceptance={"gpuNodes": {"advisory": True}}))
     assert env_of(jobs(plan)["acceptance-gpu-gpu-07"])["ADVISORY"] == "true"
+
+
+def test_driven_checks_are_the_gpu_checks_and_tier1_and_their_driver_has_minimal_rights(prod_plan):
+    driven = {n for n, j in jobs(prod_plan).items() if pod_spec(j).get("serviceAccountName") == SERVICE_ACCOUNT}
+    gpu = {n for n in jobs(prod_plan) if n.startswith(("acceptance-gpu-", "acceptance-nccl-"))}
+    assert driven == gpu | {"acceptance-storage-tier1"}
+    for name in driven:
+        assert pod_spec(jobs(prod_plan)[name])["automountServiceAccountToken"] is True
+    # Namespaced rights in the platform namespace only: its own worker pods and their logs, nothing else.
+    [role] = [
+        r
+        for r in prod_plan.by_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
+        if r["inputs"]["metadata"].get("namespace") == HOME
+    ]
+    assert role["inputs"]["metadata"] == {"name": SERVICE_ACCOUNT, "namespace": HOME}
+    assert role["inputs"]["rules"] == NAMESPACE_RULES
+    assert {v for r in NAMESPACE_RULES for v in r["verbs"]} == {"create", "get", "delete"}
+    assert {res for r in NAMESPACE_RULES for res in r["resources"]} == {"pods", "pods/log"}
+    # Cluster-wide: reads only (a Node, the pods bound to it, the ClusterPolicy), no write, no Secret.
+    [cluster_role] = [
+        r
+        for r in prod_plan.by_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
+        if r["inputs"]["metadata"]["name"] == f"ml-platform-{SERVICE_ACCOUNT}"
+    ]
+    assert cluster_role["inputs"]["rules"] == CLUSTER_RULES
+    assert {v for r in CLUSTER_RULES for v in r["verbs"]} <= {"get", "list"}
+    assert {res for r in CLUSTER_RULES for res in r["resources"]} == {"nodes", "pods", "clusterpolicies"}
+    for kind in ("RoleBinding", "ClusterRoleBinding"):
+        [binding] = [
+            b
+            for b in prod_plan.by_type(f"kubernetes:rbac.authorization.k8s.io/v1:{kind}")
+            if SERVICE_ACCOUNT in b["inputs"]["metadata"]["name"]
+        ]
+        assert binding["inputs"]["subjects"] == [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": HOME}]
+    [account] = [
+        a
+        for a in prod_plan.by_type("kubernetes:core/v1:ServiceAccount")
+        if a["inputs"]["metadata"]["name"] == SERVICE_ACCOUNT
+    ]
+    assert account["inputs"]["metadata"]["namespace"] == HOME
+    # Every driven Job waits for its rights.
+    binding_urns = {
+        b["urn"] for b in prod_plan.resources if b["type"].endswith("RoleBinding") and "driver" in b["name"]
+    }
+    for name in driven:
+        assert binding_urns <= set(jobs(prod_plan)[name]["dependencies"]), name
+
+
+def test_the_tier1_check_claims_its_nvme_in_a_worker_the_driver_deletes(prod_plan):
+    # The claim is a generic ephemeral volume of the worker pod (owned by it): when the driver deletes the worker
+    # at the end of the check (tests/acceptance/test_driver.py), the claim goes, and the NVMe is free again.
+    # Pulumi manages the Job only: the worker and its claim are not in the state, so nothing drifts.
+    job = jobs(prod_plan)["acceptance-storage-tier1"]
+    worker = worker_of(job)
+    assert worker is not pod_spec(job)
+    [volume] = worker["volumes"]
+    template = volume["ephemeral"]["volumeClaimTemplate"]["spec"]
+    assert template["storageClassName"] == prod_plan.outputs["storageClasses"]["tier1"]
+    assert worker["nodeSelector"] == {"ml-platform.io/role": "gpu"}
+    assert "volumes" not in pod_spec(job)  # the driver claims nothing
+    assert driver_env(job)["NODES"] == ""  # no GPU taken: not skipped for a busy node
+    claims = prod_plan.by_type("kubernetes:core/v1:PersistentVolumeClaim")
+    assert not [c for c in claims if c["inputs"]["metadata"].get("namespace") == HOME]
+
+
+def test_the_monitoring_check_holds_a_read_only_api_users_token_a_secret_end_to_end(prod_plan):
+    # The monitoring component makes a role (API: an allow list of read methods), a user group reading the host
+    # groups of the hosts the check reads, a user and its token; the check's Secret holds that token.
+    dynamic = "pulumi-python:dynamic/zabbix:{}"
+    [role] = prod_plan.by_type(dynamic.format("UserRole"))
+    assert role["inputs"]["spec"] == {"name": READER, "type": 1, "api": sorted(READ_METHODS)}
+    assert all(m.endswith(".get") for m in READ_METHODS)
+    [group] = [g for g in prod_plan.by_type(dynamic.format("UserGroup")) if g["inputs"]["spec"]["name"] == READER]
+    settings = load(stack_doc("prod"))
+    read = {g for n in settings.nodes for g in node_groups(n)} | {"ml-platform/nas"}
+    assert group["inputs"]["spec"]["host_groups"] == sorted(read)
+    [user] = [u for u in prod_plan.by_type(dynamic.format("User")) if u["inputs"]["spec"]["username"] == READER]
+    assert user["inputs"]["spec"] == {"username": READER, "role": READER, "group": READER}  # no media, no password
+    [token] = prod_plan.by_type(dynamic.format("ApiToken"))
+    assert prod_plan.options[token["urn"]]["additionalSecretOutputs"] == ["token"]
+    assert token["inputs"]["connection"] == "[secret]" and user["urn"] in token["dependencies"]
+    secret = prod_plan.named("acceptance-zabbix-token")
+    assert secret["inputs"]["stringData"] == "[secret]" or secret["inputs"]["stringData"]["token"] == "[secret]"
+    # The check's token comes from the reader's token, not from the program's Super admin bootstrap.
+    assert token["urn"] in secret["dependencies"]
+    assert not [d for d in secret["dependencies"] if d.endswith("::monitoring-api-bootstrap")]
+    # No monitoring check, no reader.
+    off = evaluate("prod", lambda raw: raw.update(acceptance={"monitoring": {"enabled": False}}))
+    assert not off.by_type(dynamic.format("ApiToken")) and not off.by_type(dynamic.format("UserRole"))
+
+
+def test_the_token_provider_is_pickled_under_the_providers_state_module():
+    # Pulumi pickles a dynamic provider by reference: the new one lives where deployed states find the others.
+    import pickle
+
+    from components import zabbix_objects
+    from components.monitoring.objects import STATE_MODULE
+    from components.monitoring.reader import ApiTokenProvider
+
+    assert ApiTokenProvider.__module__ == STATE_MODULE == zabbix_objects.__name__
+    assert zabbix_objects.ApiTokenProvider is ApiTokenProvider
+    assert STATE_MODULE.encode() in pickle.dumps(ApiTokenProvider())

@@ -9,7 +9,10 @@ import time
 
 import pytest
 
+from components.monitoring import kinds
+from components.monitoring import objects as zbx
 from components.monitoring.api import DEFAULT_ADMIN, DEFAULT_PASSWORD, login
+from components.monitoring.reader import READER, ApiTokenProvider, reader_specs
 from tests.acceptance.busybox import result_line, run_check
 from tests.monitoring.test_https import make_ca, make_server_cert, tls_front
 from tests.monitoring.zabbix70 import trapper_request, zabbix70
@@ -18,6 +21,7 @@ from tests.prerequisites import require_debian_package
 pytestmark = pytest.mark.real_server  # make test-fast leaves these out
 
 HOSTS = ("gpu-01", "nas-01", "cpu-04")  # cpu-04: its agent never reports
+ADMIN, API = "Adm1n-acceptance-passphrase-3", "Api-acceptance-passphrase-5"
 
 
 @pytest.fixture(scope="module")
@@ -29,22 +33,14 @@ def zabbix(tmp_path_factory):
     with zabbix70("acceptance", with_server=True) as z:
         api = login(z.url, DEFAULT_ADMIN, DEFAULT_PASSWORD)
         group = api.hostgroup.create(name="acceptance")["groupids"][0]
+        elsewhere = api.hostgroup.create(name="elsewhere")["groupids"][0]  # the reader has no right there
+        api.host.create(host="hidden", groups=[{"groupid": elsewhere}])
         for host in HOSTS:
             hostid = api.host.create(host=host, groups=[{"groupid": group}])["hostids"][0]
             # A trapper item with the agent's key: the test sends what an agent would.
             api.item.create(hostid=hostid, name="ping", key_="agent.ping", type=2, value_type=3)
-        role = api.role.create(
-            name="acceptance-read", type=1, rules={"api.access": 1, "api.mode": 1, "api": ["item.get"]}
-        )
-        users = api.usergroup.create(name="acceptance-read", hostgroup_rights=[{"id": group, "permission": 2}])
-        userid = api.user.create(
-            username="acceptance-check",
-            passwd="Read-only-items-passphrase-7",
-            roleid=role["roleids"][0],
-            usrgrps=[{"usrgrpid": users["usrgrpids"][0]}],
-        )["userids"][0]
-        tokenid = api.token.create(name="acceptance", userid=userid)["tokenids"][0]
-        token = api.token.generate([tokenid])[0]["token"]
+        token = make_reader(z.url, ["acceptance"])
+        api = login(z.url, DEFAULT_ADMIN, ADMIN)  # the bootstrap set the Admin password
         backend = int(z.url.split(":")[2].split("/")[0])
         with tls_front(backend, cert, key) as port:
             yield {
@@ -55,6 +51,24 @@ def zabbix(tmp_path_factory):
                 "ca": ca_cert,
                 "other_ca": other_ca,
             }
+
+
+def make_reader(url: str, host_groups: list[str]) -> str:
+    """The read-only API user as the program makes it (components/monitoring/reader.py), through the same dynamic
+    providers and with the program's own API user (the bootstrap), not by hand: its token."""
+    bootstrap = zbx.BootstrapProvider().create(
+        {"url": url, "api_user": "ml-platform-api", "admin_password": ADMIN, "api_password": API, "wait_seconds": 30}
+    )
+    connection = {"url": url, "token": bootstrap.outs["token"]}
+    objects = zbx.ZabbixObjectProvider()
+    for kind, spec in zip(("UserRole", "UserGroup", "User"), reader_specs(host_groups), strict=True):
+        props = {"kind": kind, "spec": kinds.normalized(kind, spec), "connection": connection, "secrets": {}}
+        created = objects.create(props)
+        # Read back as declared: a refresh and the next `up` see no change.
+        assert objects.read(created.id, created.outs).outs["spec"] == props["spec"], kind
+    made = ApiTokenProvider().create({"username": READER, "name": READER, "connection": connection, "token": None})
+    assert ApiTokenProvider().read(made.id, made.outs).id == made.id
+    return made.outs["token"]
 
 
 def report_ping(zabbix, *hosts: str) -> None:
@@ -122,12 +136,22 @@ def test_the_check_verifies_the_certificate_and_reports_api_errors_with_its_resu
     assert advisory.returncode == 0 and result_line(advisory)["advisory"] is True
 
 
-def test_the_read_only_token_cannot_change_zabbix(zabbix):
-    # What the check holds can read items and nothing else (the role allows item.get alone).
+def test_the_read_only_token_reads_what_the_check_needs_and_cannot_change_zabbix(zabbix):
+    # What the check holds: the read methods on the host groups it was given, nothing else.
     from zabbix_utils import ZabbixAPI
     from zabbix_utils.exceptions import APIRequestError
 
     api = ZabbixAPI(url=zabbix["url"] + "/api_jsonrpc.php", token=zabbix["token"], validate_certs=False)
-    assert api.item.get(host="gpu-01", output=["itemid"])
+    [host] = api.host.get(filter={"host": "gpu-01"}, output=["hostid"])
+    assert api.item.get(hostids=[host["hostid"]], output=["itemid"])
+    api.problem.get(output=["eventid"])  # allowed (none yet)
+    api.trigger.get(output=["triggerid"])
+    with pytest.raises(APIRequestError):
+        api.host.update(hostid=host["hostid"], status=1)  # a write: refused by the role's allow list
     with pytest.raises(APIRequestError):
         api.host.create(host="intruder", groups=[{"groupid": "1"}])
+    with pytest.raises(APIRequestError):
+        api.user.get(output=["username"])  # not in the allow list either
+    # Read permission on the given host groups only.
+    assert api.host.get(filter={"host": "hidden"}, output=["hostid"]) == []
+    assert zabbix["api"].host.get(filter={"host": "gpu-01"}, output=["status"])[0]["status"] == "0"  # unchanged

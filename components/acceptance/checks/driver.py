@@ -1,0 +1,225 @@
+"""The driver of a check that takes a node's GPUs or a local disk: it runs in the check's Job (no GPU, no volume,
+the platform's `acceptance-driver` ServiceAccount), looks at the cluster first, then runs the check itself as
+worker pods it creates, relays their result and deletes them.
+
+Before taking GPUs (NODES given): a node that is cordoned (`spec.unschedulable`) or whose GPUs a pod that has
+not ended holds (the `nvidia.com/gpu` requests of the pods bound to it) is skipped, with the reason; a node
+with fewer allocatable GPUs than the check takes (from the Node object) fails; the GPU Operator's
+ClusterPolicy must reach `status.state: ready` (its CRD, nvidia.com_clusterpolicies.yaml: enum ignored,
+ready, notReady) within POLICY_WAIT seconds, or the check fails naming it. The workers of other acceptance
+checks are not a reason to skip (the scheduler runs them one after the other on a node). A worker still
+pending after SCHEDULE_WAIT seconds makes the driver look again (GPUs taken meanwhile: skipped; else it
+waits on, until the Job's time is nearly up: failed).
+With RENDEZVOUS (the NCCL pairs), worker i is pinned to the i-th node with the hostname `RENDEZVOUS-i` under
+the headless Service RENDEZVOUS; a pair with one node skipped is skipped.
+
+Each worker pod is WORKER (a pod spec, JSON) with the worker's NODE and JOB_COMPLETION_INDEX, owned by this
+pod (deleted with it), bounded by the time the Job has left. Its log, with its `ACCEPTANCE` line, is printed
+here, where the report reads it. The workers are deleted at the end, whatever the result (a generic
+ephemeral volume goes with its pod: the claim on a disk ends with the check).
+
+Parameters: CHECK NODE ADVISORY NAMESPACE POD_NAME POD_UID WORKER NODES GPUS RENDEZVOUS DEADLINE
+  POLICY_WAIT SCHEDULE_WAIT RETRY_EVERY API TOKEN_FILE CA_FILE (the last three: the in-cluster defaults)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+GPU = "nvidia.com/gpu"
+WORKER_LABEL = "ml-platform.io/acceptance"
+SA = "/var/run/secrets/kubernetes.io/serviceaccount"
+ENV = os.environ
+
+
+class CheckEnd(Exception):  # noqa: N818 (an end, not an error)
+    """The check's end: a status (passed, failed, skipped) and why."""
+
+    def __init__(self, status: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+class Api:
+    def __init__(self) -> None:
+        self.base = ENV.get("API", "https://kubernetes.default.svc").rstrip("/")
+        with open(ENV.get("TOKEN_FILE", f"{SA}/token")) as token:
+            self.token = token.read().strip()
+        ca = ENV.get("CA_FILE", f"{SA}/ca.crt")
+        self.tls = ssl.create_default_context(cafile=ca) if self.base.startswith("https") else None
+
+    def call(self, method: str, path: str, body: object = None, raw: bool = False) -> object:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base + path, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {self.token}")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(request, timeout=30, context=self.tls) as response:
+            text = response.read().decode(errors="replace")
+        return text if raw else json.loads(text)
+
+    def get(self, path: str, what: str) -> dict:
+        """GET, failing the check with what could not be read (never a pass by default)."""
+        try:
+            return self.call("GET", path)  # type: ignore[return-value]
+        except urllib.error.HTTPError as error:
+            detail = error.read().decode(errors="replace")[:300]
+            raise CheckEnd("failed", f"cannot read {what}: HTTP {error.code} {detail}") from None
+        except (OSError, ValueError) as error:
+            raise CheckEnd("failed", f"cannot read {what}: {error}") from None
+
+
+def finish(status: str, detail: str) -> int:
+    """The check's result line (lib.sh's format) and its exit status (lib.sh's rule for advisory checks)."""
+    advisory = status == "failed" and ENV.get("ADVISORY") == "true"
+    row = {"check": ENV["CHECK"], "node": ENV.get("NODE", ""), "status": status, "value": "", "floor": "", "unit": ""}
+    print("ACCEPTANCE " + json.dumps({**row, "advisory": advisory, "detail": detail}, separators=(",", ":")))
+    if status == "failed":
+        print(f"acceptance check {ENV['CHECK']} failed on {ENV.get('NODE') or '?'}: {detail}", file=sys.stderr)
+        return 0 if ENV.get("ADVISORY") == "true" else 1
+    return 0
+
+
+def gpus_of(pod: dict) -> int:
+    """GPUs a pod holds: its containers' sum, or its largest init container (the scheduler's rule)."""
+
+    def one(container: dict) -> int:
+        res = container.get("resources", {})
+        return max(int(res.get(kind, {}).get(GPU, 0) or 0) for kind in ("requests", "limits"))
+
+    spec = pod.get("spec", {})
+    return max([sum(one(c) for c in spec.get("containers", []))] + [one(c) for c in spec.get("initContainers", [])])
+
+
+def is_check_worker(pod: dict) -> bool:
+    """A worker of an acceptance check (this one's or another's on the same node, e.g. the NVLink check and the
+    node's own): not a reason to skip, the scheduler runs them one after the other."""
+    meta = pod["metadata"]
+    return meta["namespace"] == ENV["NAMESPACE"] and meta.get("labels", {}).get(WORKER_LABEL) == "worker"
+
+
+def node_state(api: Api, node: str, needed: int) -> None:
+    """Raises CheckEnd when `node` cannot give the check its GPUs now."""
+    obj = api.get(f"/api/v1/nodes/{urllib.parse.quote(node)}", f"Node {node}")
+    if obj.get("spec", {}).get("unschedulable"):
+        raise CheckEnd("skipped", f"{node} is cordoned (spec.unschedulable): its GPUs were not taken")
+    allocatable = int(obj.get("status", {}).get("allocatable", {}).get(GPU, 0) or 0)
+    if allocatable < needed:
+        raise CheckEnd("failed", f"{node} has {allocatable} {GPU} allocatable (Node status), the check takes {needed}")
+    query = urllib.parse.urlencode({"fieldSelector": f"spec.nodeName={node}"})
+    pods = api.get(f"/api/v1/pods?{query}", f"the pods on {node}").get("items", [])
+    holders = [
+        f"{p['metadata']['namespace']}/{p['metadata']['name']} ({gpus_of(p)})"
+        for p in pods
+        if p.get("status", {}).get("phase") not in ("Succeeded", "Failed") and not is_check_worker(p) and gpus_of(p) > 0
+    ]
+    if holders:
+        raise CheckEnd("skipped", f"GPUs of {node} in use by {', '.join(sorted(holders))}: not taken")
+
+
+def wait_for_policy(api: Api) -> None:
+    """Until a ClusterPolicy is `ready` (POLICY_WAIT seconds at most)."""
+    started, wait = time.monotonic(), int(ENV.get("POLICY_WAIT", "300"))
+    while True:
+        items = api.get("/apis/nvidia.com/v1/clusterpolicies", "the GPU Operator's ClusterPolicy").get("items", [])
+        states = {p["metadata"]["name"]: p.get("status", {}).get("state", "") for p in items}
+        if "ready" in states.values():
+            return
+        if time.monotonic() - started >= wait:
+            seen = ", ".join(f"{n} state {s or 'unset'}" for n, s in sorted(states.items())) or "none exists"
+            raise CheckEnd(
+                "failed", f"ClusterPolicy not ready after {wait}s ({seen}): the GPU Operator has not finished"
+            )
+        time.sleep(int(ENV.get("RETRY_EVERY", "10")))
+
+
+def worker_pod(index: int, node: str, deadline: float) -> dict:
+    spec = json.loads(ENV["WORKER"])
+    spec["activeDeadlineSeconds"] = max(1, int(deadline - time.monotonic()))
+    container = spec["containers"][0]
+    env = [e for e in container.get("env", []) if e["name"] not in ("NODE", "JOB_COMPLETION_INDEX")]
+    container["env"] = [*env, {"name": "NODE", "value": node}, {"name": "JOB_COMPLETION_INDEX", "value": str(index)}]
+    labels = {WORKER_LABEL: "worker", "ml-platform.io/check": ENV["CHECK"]}
+    rendezvous = ENV.get("RENDEZVOUS", "")
+    if node:
+        spec["nodeSelector"] = {**spec.get("nodeSelector", {}), "kubernetes.io/hostname": node}
+    if rendezvous:
+        spec.update(hostname=f"{rendezvous}-{index}", subdomain=rendezvous)
+        labels["ml-platform.io/rendezvous"] = rendezvous
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": ENV["POD_NAME"], "uid": ENV["POD_UID"]}
+    name = f"{ENV['POD_NAME']}"[:55].rstrip("-") + f"-w{index}"
+    return {"metadata": {"name": name, "labels": labels, "ownerReferences": [owner]}, "spec": spec}
+
+
+def run(api: Api, created: list) -> int:
+    nodes, needed = ENV.get("NODES", "").split(), int(ENV.get("GPUS", "0"))
+    deadline = time.monotonic() + int(ENV.get("DEADLINE", "540"))
+    if nodes:
+        for node in nodes:
+            node_state(api, node, needed)
+        wait_for_policy(api)
+        for node in nodes:
+            node_state(api, node, needed)
+    namespace = ENV["NAMESPACE"]
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    for index, node in enumerate(nodes or [""]):
+        pod = worker_pod(index, node, deadline)
+        try:
+            api.call("POST", pods, pod)
+        except (urllib.error.HTTPError, OSError) as error:
+            raise CheckEnd("failed", f"cannot create the worker pod {pod['metadata']['name']}: {error}") from None
+        created.append(pod["metadata"]["name"])
+    started, phases, looked = time.monotonic(), {}, False
+    while True:
+        phases = {n: api.get(f"{pods}/{n}", f"worker pod {n}").get("status", {}) for n in created}
+        if all(s.get("phase") in ("Succeeded", "Failed") for s in phases.values()):
+            break
+        pending = [n for n, s in phases.items() if s.get("phase", "Pending") == "Pending"]
+        if pending and nodes and not looked and time.monotonic() - started >= int(ENV.get("SCHEDULE_WAIT", "120")):
+            looked = True  # once: the GPUs may have been taken between the look and the create
+            for node in nodes:
+                node_state(api, node, needed)
+        if time.monotonic() >= deadline:
+            why = "; ".join(f"{n}: {s.get('phase', 'Pending')}" for n, s in sorted(phases.items()))
+            raise CheckEnd("failed", f"the worker pods did not end within the check's time ({why})")
+        time.sleep(int(ENV.get("RETRY_EVERY", "10")))
+    reported = False
+    for name in created:
+        log = str(api.call("GET", f"{pods}/{name}/log", raw=True))
+        sys.stdout.write(log if log.endswith("\n") or not log else log + "\n")
+        reported = reported or any(line.startswith("ACCEPTANCE ") for line in log.splitlines())
+    failed = sorted(n for n, s in phases.items() if s.get("phase") == "Failed")
+    if not reported:
+        raise CheckEnd("failed", f"the worker pods printed no result ({', '.join(failed) or 'none'} failed)")
+    return 1 if failed else 0
+
+
+def main() -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the Job's deadline: delete the workers first
+    created: list = []
+    api = None
+    try:
+        api = Api()
+        return run(api, created)
+    except CheckEnd as done:
+        return finish(done.status, done.detail)
+    except OSError as error:
+        return finish("failed", f"cannot talk to the Kubernetes API: {error}")
+    finally:
+        for name in created:
+            try:
+                api.call("DELETE", f"/api/v1/namespaces/{ENV['NAMESPACE']}/pods/{name}")  # type: ignore[union-attr]
+            except (urllib.error.HTTPError, OSError) as error:
+                print(f"could not delete worker pod {name}: {error} (its owner's deletion removes it)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
