@@ -173,6 +173,18 @@ def package_upgrade(roots):
     )
 
 
+def package_by_hand(roots):
+    """`apt-get install tree` by hand: tree marked manual, the library it pulled in marked Auto-Installed."""
+    status = roots["host"] / "var/lib/dpkg/status"
+    status.write_text(
+        status.read_text()
+        + "Package: tree\nStatus: install ok installed\nVersion: 2.1.0-1\n\n"
+        + "Package: libtree0\nStatus: install ok installed\nVersion: 0.3-2\n\n"
+        + "Package: removed-one\nStatus: deinstall ok config-files\nVersion: 1.0\n"
+    )
+    write(roots["host"], "/var/lib/apt/extended_states", "Package: libtree0\nArchitecture: amd64\nAuto-Installed: 1\n\n")
+
+
 def sysctl_w(roots):
     (roots["proc"] / "sys/vm/max_map_count").write_text("65530\n")
 
@@ -181,6 +193,10 @@ HAND_CHANGES = {
     "package upgrade": (
         package_upgrade,
         "gpu-03: package chrony (differs from the other gpu nodes): expected 1.0-6, found 4.5-1",
+    ),
+    "a package installed by hand": (
+        package_by_hand,
+        "gpu-03: package tree (differs from the other gpu nodes): expected absent, found 2.1.0-1",
     ),
     "sysctl -w": (sysctl_w, "gpu-03: sysctl vm.max_map_count (live, set by hand?): expected 262144, found 65530"),
     "a new sysctl file": (

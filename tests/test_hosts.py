@@ -306,8 +306,8 @@ DRIFT_CASES = {
     "package installed by hand": (
         "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tree >/dev/null",
         "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q tree >/dev/null",
-        "tree",
-        "the probe reports the versions of the packages the program installs (PACKAGES), not one added beside them",
+        "package tree",
+        None,
     ),
     "RKE2 config drop-in added": (
         "mkdir -p /etc/rancher/rke2/config.yaml.d && echo 'kubelet-arg: [max-pods=500]' "

@@ -12,7 +12,9 @@ from tests.hosts.runner import Ssh
 
 # Left out: what a machine has of its own (host keys, machine id, the NVMe host id nvme-cli generates at
 # install), the harness's stand-ins (ml-platform-standin), the certificate timer's temporary file while it
-# runs, and active targets (milestones systemd reaches
+# runs, the programs the step runner keeps (/var/lib/ml-platform/scripts: a cache named by SHA-256 that
+# gains the program of every step run there, deletes included, so it tells which steps ran, not what they
+# left; each program is verified against its name before it runs), and active targets (milestones systemd reaches
 # on its own, not units the steps manage; enabled ones are compared).
 _SCRIPT = r"""
 set -eu
@@ -20,7 +22,7 @@ section() { echo "## $1"; }
 section files
 find /etc /usr/local /var/lib/ml-platform /srv /mnt -xdev \( -type f -o -type l \) 2>/dev/null \
   | grep -Ev '^/etc/(fstab$|ssh/ssh_host_|machine-id$|nvme/host(id|nqn)$|ld\.so\.cache$|\.pwd\.lock$)' \
-  | grep -v ml-platform-standin | grep -Ev '^/var/lib/ml-platform/rke2-certificates\.json\.' \
+  | grep -v ml-platform-standin | grep -Ev '^/var/lib/ml-platform/(rke2-certificates\.json\.|scripts/)' \
   | grep -Ev '^/etc/(shadow|gshadow|passwd|group|subuid|subgid)-$' \
   | LC_ALL=C sort | while IFS= read -r f; do
     if [ -L "$f" ]; then echo "$f -> $(readlink "$f")"

@@ -10,6 +10,7 @@ x/crypto/ssh, which sends the same exec request with the command string unchange
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import subprocess
 import threading
 import time
@@ -149,6 +150,9 @@ class Ssh:
         known = directory / "known_hosts"
         known.write_text("".join(f"{address} {host_key}\n" for address, host_key in pinned))
         self.config = directory / "ssh_config"
+        self.logs = directory / "ssh-logs"
+        self.logs.mkdir(exist_ok=True)
+        self._serial = itertools.count()
         dial = int(ssh.get("perDialTimeoutSeconds", 15))
         common = (
             f"  User {ssh['user']}\n  IdentityFile {key}\n  IdentitiesOnly yes\n  UserKnownHostsFile {known}\n"
@@ -181,8 +185,12 @@ class Ssh:
         """Exec `command` on `address`; with `kill_after`, cut the step at that second: its processes on
         the host are killed (KILL_STEP, over a second connection), then its connection."""
         start = time.monotonic()
+        # The client's own messages (VERBOSE) go to a log of this connection, not to the step's stderr;
+        # a connection that ends without the command's exit status (ssh's 255) gets the log's end.
+        log = self.logs / f"{address}-{next(self._serial)}.log"
+        argv = self.argv(address, command)
         proc = subprocess.Popen(
-            self.argv(address, command),
+            [argv[0], "-o", "LogLevel=VERBOSE", "-E", str(log), *argv[1:]],
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -201,6 +209,8 @@ class Ssh:
                 # when this connection closed, would otherwise kill the next step's processes too.
                 timer.join()
                 killed_at = kill_after if getattr(proc, "cut", False) else None
+        if proc.returncode == 255 and log.is_file():
+            err += "\n[ssh client log]\n" + "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         return proc.returncode, out, err, time.monotonic() - start, killed_at
 
     def copy(self, address: str, source: str, remote_path: str) -> tuple[int, str, str, float, None]:

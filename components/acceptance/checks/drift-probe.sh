@@ -8,7 +8,8 @@
 # - sysctl: for each `key = value` of the program's sysctl files (SYSCTL_FILES), the value in the file and
 #   the live one (/proc/sys), so a `sysctl -w` shows;
 # - modules: the modules the program's modules-load files (MODULE_FILES) name that are not loaded;
-# - packages: the installed version of each of PACKAGES (dpkg's status file, else rpm in the host's root);
+# - packages: the installed version of each of PACKAGES (dpkg's status file, else rpm in the host's root),
+#   and of every other package installed on purpose (one installed by hand shows beside its peers);
 # - fstab: the sha256 of the host's fstab without its first field (device names and UUIDs differ per node)
 #   and the number of swap entries that are not commented out.
 # `python -m stacks.drift` reads the lines and compares them with the settings and with the node's peers.
@@ -105,12 +106,44 @@ package_version() {
   fi
 }
 
+# Every other package installed on purpose (apt's manual ones: not marked Auto-Installed in extended_states,
+# so a dependency pulled in with it is left out), as `NAME VERSION` lines; on rpm hosts every package.
+other_packages() {
+  status=$HOST/var/lib/dpkg/status
+  if [ -f "$status" ]; then
+    extended=$HOST/var/lib/apt/extended_states
+    [ -f "$extended" ] || extended=/dev/null
+    awk -v known=" $PACKAGES " -v extended="$extended" '
+      function out() {
+        if (name != "" && installed && !(name in auto) && index(known, " " name " ") == 0) print name, version
+        name = ""
+      }
+      FILENAME == extended && /^Package: / { name = $2 }
+      FILENAME == extended && /^Auto-Installed: 1/ { auto[name] = 1 }
+      FILENAME == extended { next }
+      /^Package: / { name = $2; installed = 0; version = "" }
+      /^Status: .* installed$/ { installed = 1 }
+      /^Version: / { version = $2 }
+      /^$/ { out() }
+      END { out() }' "$extended" "$status"
+  elif [ -x "$HOST/usr/bin/rpm" ] || [ -x "$HOST/bin/rpm" ]; then
+    chroot "$HOST" rpm -qa --qf '%{NAME} %{VERSION}-%{RELEASE}\n' 2>/dev/null |
+      awk -v known=" $PACKAGES " 'index(known, " " $1 " ") == 0' || true
+  fi
+}
+
 packages_json() {
   out=""
   for package in $PACKAGES; do
     version=$(package_version "$package")
     out="$out${out:+,}$(pair "$package" "${version:-absent}")"
   done
+  others=$(other_packages)
+  while read -r package version; do
+    if [ -n "$package" ]; then out="$out${out:+,}$(pair "$package" "$version")"; fi
+  done <<EOF
+$others
+EOF
   printf '{%s}' "$out"
 }
 
