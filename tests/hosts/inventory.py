@@ -2,11 +2,11 @@
 writes one (addresses, `ssh.user`, the bastion, every host key pinned as `ssh-keyscan -t ed25519`
 prints it), and its plan from `python -m stacks.plan`.
 
-Roles kept from prod: a control-plane server, a CPU agent, a storage host whose OSD disks are loop
-devices, a GPU node with a tier-1 NVMe (a loop device) and InfiniBand settings, a NAS host. Each role
-has one machine (prod has 3 servers, 32 agents, 15 GPU nodes, 4 NAS hosts): the steps a role runs are
-the same on every machine of that role, and a 2-core test machine boots and apt-installs six at most
-within the time budget. Twins (`TWINS`) are further machines that receive another node's steps
+Shaped like prod: three control-plane servers (the init server, then two that join one at a time, as
+prod's do), two CPU agents, a storage host whose OSD disks are loop devices, a GPU node with a tier-1
+NVMe (a loop device) and InfiniBand settings, a NAS host. Prod has more of the last four (32 agents,
+15 GPU nodes, 4 NAS hosts): their steps are the same on every machine of a role, and a 2-core test
+machine boots and apt-installs these within the time budget. Twins (`TWINS`) are further machines that receive another node's steps
 unchanged: the interruption cases run there, and their fingerprint must equal the original's.
 """
 
@@ -32,7 +32,10 @@ NODES = {
         "controlPlane": True,
         "osdDevices": [{"device": "/dev/disk/by-id/wwn-0x5000c500a1b2c311", "wipe": False}],
     },
+    "server-2": {"role": "cpu", "controlPlane": True},
+    "server-3": {"role": "cpu", "controlPlane": True},
     "agent-1": {"role": "cpu", "osdDevices": [{"device": "/dev/disk/by-id/wwn-0x5000c500a1b2c321", "wipe": True}]},
+    "agent-2": {"role": "cpu"},
     "storage-1": {
         "role": "cpu",
         "osdDevices": [
