@@ -11,7 +11,6 @@ import concurrent.futures
 import os
 import random
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.hosts import inventory, machines, probe, rootfs, runner, standins
-from tests.prerequisites import fail
+from tests.prerequisites import fail, require_debian_package
 
 pytestmark = pytest.mark.real_server
 SEED = int(os.environ.get("MLP_HOSTS_SEED", "40213"))
@@ -35,15 +34,16 @@ def _require() -> None:
             "root on Linux (it creates a bridge, network namespaces, loop devices and containers); "
             "run `make test-hosts` as root, or run `make test-fast`",
         )
-    for tool, package in (
-        ("systemd-nspawn", "systemd-container"),
-        ("mmdebstrap", "mmdebstrap"),
-        ("socat", "socat"),
-        ("ssh", "openssh-client"),
-        ("losetup", "mount"),
+    # Installed with apt-get when missing (root), else a failure naming the package.
+    for path, package in (
+        ("/usr/bin/systemd-nspawn", "systemd-container"),
+        ("/usr/bin/mmdebstrap", "mmdebstrap"),
+        ("/usr/bin/socat", "socat"),
+        ("/usr/bin/ssh", "openssh-client"),
+        ("/usr/bin/sftp", "openssh-client"),
+        ("/usr/sbin/losetup", "mount"),
     ):
-        if not shutil.which(tool):
-            fail(what, f"`{tool}`: apt-get install {package}")
+        require_debian_package(what, path, package)
 
 
 class Hosts:
@@ -103,6 +103,9 @@ def hosts():
     try:
         yield h
     finally:
+        lost = h.ssh.lost
+        print(f"\nstep connections that ended without an exit status and were run again: {len(lost)}")
+        print("".join(f"  {line}\n" for line in lost), end="")
         h.lab.stop()
 
 

@@ -6,8 +6,9 @@ Shaped like prod: three control-plane servers (the init server, then two that jo
 prod's do), two CPU agents, a storage host whose OSD disks are loop devices, a GPU node with a tier-1
 NVMe (a loop device) and InfiniBand settings, a NAS host. Prod has more of the last four (32 agents,
 15 GPU nodes, 4 NAS hosts): their steps are the same on every machine of a role, and a 2-core test
-machine boots and apt-installs these within the time budget. Twins (`TWINS`) are further machines that receive another node's steps
-unchanged: the interruption cases run there, and their fingerprint must equal the original's.
+machine boots and apt-installs these within the time budget. Twins (`TWINS`) are further machines that
+receive another node's steps unchanged: the interruption cases run there, and their fingerprint must
+equal the original's.
 """
 
 from __future__ import annotations

@@ -153,6 +153,7 @@ class Ssh:
         self.logs = directory / "ssh-logs"
         self.logs.mkdir(exist_ok=True)
         self._serial = itertools.count()
+        self.lost: list[str] = []
         dial = int(ssh.get("perDialTimeoutSeconds", 15))
         common = (
             f"  User {ssh['user']}\n  IdentityFile {key}\n  IdentitiesOnly yes\n  UserKnownHostsFile {known}\n"
@@ -183,7 +184,21 @@ class Ssh:
         timeout: float = 600,
     ) -> tuple[int, str, str, float, Optional[float]]:
         """Exec `command` on `address`; with `kill_after`, cut the step at that second: its processes on
-        the host are killed (KILL_STEP, over a second connection), then its connection."""
+        the host are killed (KILL_STEP, over a second connection), then its connection.
+
+        A connection that ends without the command's exit status (ssh's 255) and was not cut is run once
+        more, as an operator re-runs `pulumi up` after a lost connection (every step is safe to re-run:
+        the interruption test shows it); each such loss is recorded in `lost` and printed by the tests."""
+        result = self._run(address, command, stdin, kill_after, timeout)
+        if result[0] == 255 and kill_after is None:
+            lost = f"{address}: {command[:60]!r}... ended without an exit status, run again: {result[2][-400:]}"
+            self.lost.append(lost)
+            result = self._run(address, command, stdin, kill_after, timeout)
+        return result
+
+    def _run(
+        self, address: str, command: str, stdin: Optional[str], kill_after: Optional[float], timeout: float
+    ) -> tuple[int, str, str, float, Optional[float]]:
         start = time.monotonic()
         # The client's own messages (VERBOSE) go to a log of this connection, not to the step's stderr;
         # a connection that ends without the command's exit status (ssh's 255) gets the log's end.
