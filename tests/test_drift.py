@@ -182,7 +182,8 @@ def package_by_hand(roots):
         + "Package: libtree0\nStatus: install ok installed\nVersion: 0.3-2\n\n"
         + "Package: removed-one\nStatus: deinstall ok config-files\nVersion: 1.0\n"
     )
-    write(roots["host"], "/var/lib/apt/extended_states", "Package: libtree0\nArchitecture: amd64\nAuto-Installed: 1\n\n")
+    extended = "Package: libtree0\nArchitecture: amd64\nAuto-Installed: 1\n\n"
+    write(roots["host"], "/var/lib/apt/extended_states", extended)
 
 
 def sysctl_w(roots):
