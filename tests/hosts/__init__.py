@@ -3,7 +3,9 @@ and `staged_bundle`, the host scripts as a host holds them for tests that run a 
 
 `rootfs` builds and caches the machines' root file system, `machines` starts and stops the machines,
 their network and the relay to the Debian mirror, `standins` declares what stands in for hardware and
-release files that cannot be had here, `inventory` writes the stack file and its plan, `runner` sends
+release files that cannot be had here, `artifacts` serves the release files the stack's air-gap settings
+point at (with `nas`: the MinIO stand-in, a signed apt repository of zabbix-agent2, the NAS steps'
+generated secrets), `inventory` writes the stack file and its plan, `runner` sends
 the plan's host steps over SSH through the bastion, and `probe` takes a host's fingerprint.
 """
 

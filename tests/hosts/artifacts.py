@@ -1,7 +1,10 @@
 """The artifact server of the stand-ins: https on the test machine's bridge address, with a CA that the
 machines trust (as a site's internal mirror with its own CA). It serves what the stack's air-gap
 settings point at: the RKE2 installer (`cluster.install.installerUrl`) and the release files
-(`cluster.install.artifactUrl`): the stand-in RKE2 of tests/hosts/rke2_standin/ (standins.STANDINS).
+(`cluster.install.artifactUrl`): the stand-in RKE2 of tests/hosts/rke2_standin/ (standins.STANDINS); the
+MinIO server binary (`storage.minio.artifact`): the stand-in of tests/hosts/minio_standin/; an apt
+repository with Debian's own zabbix-agent2 and its signing key (`monitoring.nasAgent`), made by
+tests/hosts/nas.py.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ import tarfile
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Optional
+
+from tests.hosts import nas
 
 STANDIN = Path(__file__).parent / "rke2_standin"
 PORT = 8443
@@ -32,6 +38,8 @@ class ArtifactServer:
         self.rke2_version = rke2_version
         self.ca = directory / "ca.crt"
         self.server: ThreadingHTTPServer | None = None
+        self.minio_sha256 = ""
+        self.zabbix_version = ""
 
     @property
     def installer_url(self) -> str:
@@ -41,10 +49,27 @@ class ArtifactServer:
     def artifact_url(self) -> str:
         return f"https://{self.address}:{PORT}/rke2/{self.rke2_version}"
 
-    def start(self) -> None:
+    @property
+    def minio_url(self) -> str:
+        return f"https://{self.address}:{PORT}/minio/standin/linux-amd64/minio"
+
+    @property
+    def zabbix_repository(self) -> str:
+        return f"https://{self.address}:{PORT}/zabbix"
+
+    @property
+    def zabbix_key_url(self) -> str:
+        return f"https://{self.address}:{PORT}/zabbix/key.gpg"
+
+    def start(self, base: Optional[Path] = None) -> None:
+        """`base`: the machines' root file system, whose apt lists name the zabbix-agent2 they resolve."""
         self.directory.mkdir(parents=True)
         self._certificates()
         self._rke2_release()
+        www = self.directory / "www"
+        self.minio_sha256 = nas.minio_standin(www)
+        if base is not None:
+            self.zabbix_version = nas.zabbix_repository(www, base, self.directory)
         handler = functools.partial(_Quiet, directory=str(self.directory / "www"))
         self.server = ThreadingHTTPServer((self.address, PORT), handler)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

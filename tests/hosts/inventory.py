@@ -4,11 +4,15 @@ prints it), and its plan from `python -m stacks.plan`.
 
 Shaped like prod: three control-plane servers (the init server, then two that join one at a time, as
 prod's do), two CPU agents, a storage host whose OSD disks are loop devices, a GPU node with a tier-1
-NVMe (a loop device) and InfiniBand settings, a NAS host. Prod has more of the last four (32 agents,
-15 GPU nodes, 4 NAS hosts): their steps are the same on every machine of a role, and a 2-core test
-machine boots and apt-installs these within the time budget. Twins (`TWINS`) are further machines that
-receive another node's steps unchanged: the interruption cases run there, and their fingerprint must
-equal the original's.
+NVMe (a loop device) and InfiniBand settings, a NAS host with four MinIO drives (loop devices) that runs
+both NAS steps: MinIO (its drives formatted XFS, mounted, the env file, TLS, the unit; the server binary is
+a stand-in) and the Zabbix agent 2 (Debian's own package, from a signed apt repository of the artifact
+server). The stack's air-gap settings point at the artifact server: cluster.install, storage.minio.artifact
+and monitoring.nasAgent, as a site points them at its mirrors. Prod has more of the last four (32 agents,
+15 GPU nodes, 4 NAS hosts): their steps are the same on every machine of a role, and a 2-core test machine
+boots and apt-installs these within the time budget. Twins (`TWINS`) are further machines that receive
+another node's steps unchanged: the interruption cases run there, and their fingerprint must equal the
+original's.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.hosts import nas
 from tests.hosts.machines import BASTION_ADDRESS, USER, Lab
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,8 +118,23 @@ def stack_doc(lab: Lab) -> dict:
     }
     config["ml-platform:storage"] = {
         "ceph": {"monCount": 3},
-        # MinIO keeps the lab's artifact: the harness does not run its step (docs/testing.md, host harness).
-        "minio": base["ml-platform:storage"]["minio"],
+        # The stack's own air-gap setting, pointed at the artifact server (the MinIO stand-in).
+        "minio": {
+            **base["ml-platform:storage"]["minio"],
+            "artifact": {"url": lab.artifacts.minio_url, "sha256": lab.artifacts.minio_sha256},
+        },
+    }
+    # The NAS agent's apt repository, pointed at the artifact server's (Debian's own zabbix-agent2).
+    monitoring = base.get("ml-platform:monitoring", {})
+    config["ml-platform:monitoring"] = {
+        **monitoring,
+        "nasAgent": {
+            **monitoring.get("nasAgent", {}),
+            "aptRepository": lab.artifacts.zabbix_repository,
+            "aptSuite": nas.SUITE,
+            "aptKeyUrl": lab.artifacts.zabbix_key_url,
+            "version": lab.artifacts.zabbix_version,
+        },
     }
     config["ml-platform:scheduling"] = {
         **base["ml-platform:scheduling"],
@@ -171,10 +191,12 @@ def stack_doc_of(config_file: Path) -> dict:
     return yaml.safe_load(config_file.read_text())["config"]
 
 
-# Secrets a real `up` generates (RandomPassword results), and outputs of earlier steps, by resource name.
+# Secrets a real `up` generates (RandomPassword, RandomBytes results), and outputs of earlier steps, by
+# resource name; the MinIO tier's TLS material is made per stack file (nas.tls_outputs).
 TOKENS = {
     "rke2-token": {"result": "harness-server-token-0123456789abcdef"},
     "rke2-agent-token": {"result": "harness-agent-token-fedcba9876543210"},
+    **nas.TOKENS,
 }
 
 
@@ -190,7 +212,8 @@ def revealed(config_file: Path, computed: dict) -> dict[str, dict]:
     previous = os.environ.get(stack_file.STACK_FILE_ENV)
     os.environ[stack_file.STACK_FILE_ENV] = str(config_file)
     try:
-        plan = engine.run(STACK, config, secret_keys, computed={**TOKENS, **computed})
+        generated = {**TOKENS, **nas.tls_outputs(config_file)}
+        plan = engine.run(STACK, config, secret_keys, computed={**generated, **computed})
     finally:
         if previous is None:
             os.environ.pop(stack_file.STACK_FILE_ENV, None)

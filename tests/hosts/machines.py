@@ -83,7 +83,7 @@ class Lab:
         sh("ip", "addr", "add", f"{GATEWAY}/{SUBNET.prefixlen}", "dev", BRIDGE)
         sh("ip", "link", "set", BRIDGE, "up")
         self._start_relay()
-        self.artifacts.start()
+        self.artifacts.start(base)
         # The machines trust the artifact server's CA, as a site's hosts trust its internal mirror.
         shutil.copy(self.artifacts.ca, base / "usr/local/share/ca-certificates/ml-platform-hosts.crt")
         sh("chroot", str(base), "update-ca-certificates")

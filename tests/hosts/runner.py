@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # The steps this harness runs, by kind (the resource name after its host's name, or after its component's
 # for the init server's cluster steps; `scripts` is the host's copy of the host-script bundle, a
-# CopyToRemote). MinIO and the Zabbix agent on the NAS are not run by the harness
-# (docs/testing.md, host harness); a membership step has no command at create, only its delete.
+# CopyToRemote; `minio` and `zabbix-agent2` are the NAS host's, tests/hosts/nas.py); a membership step has
+# no command at create, only its delete.
 RUN = (
     "scripts",
     "prepare",
@@ -41,6 +41,8 @@ RUN = (
     "kubeconfig",
     "membership",
     "node-versions",
+    "minio",
+    "zabbix-agent2",
 )
 PARALLEL = 4
 

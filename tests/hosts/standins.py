@@ -1,7 +1,7 @@
 """Every stand-in of the host harness, declared here and nowhere else, and named in the test output.
 
 A machine here is a container on a shared kernel: what needs its own kernel or hardware cannot be had,
-and RKE2's release files cannot be downloaded. Everything not listed is real: Debian's
+and RKE2's and MinIO's release files cannot be downloaded. Everything not listed is real: Debian's
 packages from the mirror, systemd units and timers, users, files, fstab, sshd, sudo, XFS on loop devices.
 """
 
@@ -25,6 +25,18 @@ STANDINS = {
     "holds a stand-in rke2 (tests/hosts/rke2_standin/): `rke2 --version`, rke2-server/rke2-agent units that "
     "answer /ping, /cacerts (the cluster CA, its pin checked) and /readyz, register each node with its join "
     "token at the init server, and a kubectl for the calls the steps make. No containerd, etcd or Kubernetes",
+    "MinIO server binary": "storage.minio.artifact points at the artifact server's stand-in `minio` "
+    "(tests/hosts/minio_standin/minio, Python; its real sha256 in the stack file): `minio --version`, and "
+    "`minio server` as the step's unit runs it: it refuses to start without the root credentials, the certs "
+    "directory's TLS key pair or with a drive of this host that is not a mounted XFS filesystem holding its "
+    "writable data directory, writes each drive's .minio.sys/format.json once, reports ready to systemd "
+    "(Type=notify) and serves https on the configured port: /minio/health/cluster 200 while its drives are "
+    "mounted. No object storage, no erasure coding, no other hosts; everything else of the step is real",
+    "Zabbix apt repository": "monitoring.nasAgent points at a repository of the artifact server "
+    "(tests/hosts/nas.py) holding Debian 12's own zabbix-agent2 package (real: its version pinned, its "
+    "dependencies from the Debian mirror), signed by a key the harness generates and serves as the binary "
+    "key; not repo.zabbix.com's 7.0 build, which cannot be downloaded here. No Zabbix server answers the "
+    "agent's active checks",
 }
 
 _MODPROBE = """#!/bin/sh
