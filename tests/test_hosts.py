@@ -105,8 +105,10 @@ def hosts():
     try:
         yield h
     finally:
-        lost = h.ssh.lost
-        print(f"\nstep connections that ended without an exit status and were run again: {len(lost)}")
+        lost, dials = h.ssh.lost, h.ssh.dial_failures
+        print(f"\nfailed dials, dialled again as pulumi-command does (ssh.dialErrorLimit): {len(dials)}")
+        print("".join(f"  {line}\n" for line in dials), end="")
+        print(f"step connections that ended without an exit status and were run again: {len(lost)}")
         print("".join(f"  {line}\n" for line in lost), end="")
         h.lab.stop()
 

@@ -45,6 +45,19 @@ wait_until() {
   done
 }
 
+# package_manager COMMAND...: run a package-manager command (apt-get, dpkg, dnf) with the host's package
+# lock held. A host's steps run side by side (after its preparation; both NAS steps at once), and apt-get
+# update or install fails at once, without waiting, while another holds apt's lock: every package-manager
+# call of a host step takes this lock first and waits for it up to 15 minutes. The lock is a file lock
+# (flock): a step cut short releases it with its process; `-o`: the command does not inherit it.
+package_manager() {
+  local lock=${HOST_ROOT:-}/run/ml-platform/packages.lock rc=0
+  mkdir -p "${lock%/*}"
+  flock -o -w 900 -E 75 "$lock" env DEBIAN_FRONTEND=noninteractive "$@" || rc=$?
+  ((rc != 75)) || fail "another package-manager run on this host held $lock for 15 minutes: $*"
+  return "$rc"
+}
+
 # ensure_packages OS_FAMILY PACKAGE...: install the packages that are missing (apt on debian, dnf on
 # rhel); installs nothing and prints nothing when all are there.
 ensure_packages() {
@@ -56,15 +69,15 @@ ensure_packages() {
       # A run cut short inside dpkg (a lost connection, a reboot) leaves packages unpacked but not
       # configured, and apt refuses every install until `dpkg --configure -a` has run: finish it first.
       if [[ -n "$(dpkg --audit 2>/dev/null)" ]] || compgen -G "/var/lib/dpkg/updates/[0-9]*" >/dev/null; then
-        DEBIAN_FRONTEND=noninteractive dpkg --configure -a >/dev/null
+        package_manager dpkg --configure -a >/dev/null
         changed "finished an interrupted dpkg run (dpkg --configure -a)"
       fi
       for pkg in "$@"; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
       done
       ((${#missing[@]})) || return 0
-      DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+      package_manager apt-get update -q >/dev/null
+      package_manager apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
       ;;
     rhel)
       for pkg in "$@"; do
@@ -72,7 +85,7 @@ ensure_packages() {
         rpm -q --whatprovides "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
       done
       ((${#missing[@]})) || return 0
-      dnf install -y -q "${missing[@]}" >/dev/null
+      package_manager dnf install -y -q "${missing[@]}" >/dev/null
       ;;
     *) fail "OS_FAMILY must be debian or rhel, got '$family'" ;;
   esac

@@ -156,6 +156,8 @@ class Ssh:
         self.logs.mkdir(exist_ok=True)
         self._serial = itertools.count()
         self.lost: list[str] = []
+        self.dial_limit = int(ssh.get("dialErrorLimit", 10))
+        self.dial_failures: list[str] = []
         dial = int(ssh.get("perDialTimeoutSeconds", 15))
         common = (
             f"  User {ssh['user']}\n  IdentityFile {key}\n  IdentitiesOnly yes\n  UserKnownHostsFile {known}\n"
@@ -188,19 +190,32 @@ class Ssh:
         """Exec `command` on `address`; with `kill_after`, cut the step at that second: its processes on
         the host are killed (KILL_STEP, over a second connection), then its connection.
 
-        A connection that ends without the command's exit status (ssh's 255) and was not cut is run once
-        more, as an operator re-runs `pulumi up` after a lost connection (every step is safe to re-run:
-        the interruption test shows it); each such loss is recorded in `lost` and printed by the tests."""
-        result = self._run(address, command, stdin, kill_after, timeout)
-        if result[0] == 255 and kill_after is None:
+        A dial that fails before authentication is dialled again, up to `ssh.dialErrorLimit` times, as
+        pulumi-command does (`dial_failures`). A connection that ends without the command's exit status
+        (ssh's 255) after it authenticated, and was not cut, is run once more, as an operator re-runs
+        `pulumi up` after a lost connection (every step is safe to re-run: the interruption test shows it);
+        each such loss is recorded in `lost`. The tests print both."""
+        result, authenticated = self._dial(address, command, stdin, kill_after, timeout)
+        if result[0] == 255 and authenticated and kill_after is None:
             lost = f"{address}: {command[:60]!r}... ended without an exit status, run again: {result[2][-400:]}"
             self.lost.append(lost)
-            result = self._run(address, command, stdin, kill_after, timeout)
+            result, _ = self._dial(address, command, stdin, kill_after, timeout)
         return result
+
+    def _dial(
+        self, address: str, command: str, stdin: Optional[str], kill_after: Optional[float], timeout: float
+    ) -> tuple[tuple[int, str, str, float, Optional[float]], bool]:
+        for attempt in range(1, self.dial_limit + 1):
+            result, authenticated = self._run(address, command, stdin, kill_after, timeout)
+            if result[0] != 255 or authenticated or attempt == self.dial_limit:
+                return result, authenticated
+            self.dial_failures.append(f"{address}: dial {attempt}: {result[2].strip().splitlines()[-1:]}")
+            time.sleep(1)
+        raise AssertionError("unreachable")
 
     def _run(
         self, address: str, command: str, stdin: Optional[str], kill_after: Optional[float], timeout: float
-    ) -> tuple[int, str, str, float, Optional[float]]:
+    ) -> tuple[tuple[int, str, str, float, Optional[float]], bool]:
         start = time.monotonic()
         # The client's own messages (VERBOSE) go to a log of this connection, not to the step's stderr;
         # a connection that ends without the command's exit status (ssh's 255) gets the log's end.
@@ -226,9 +241,11 @@ class Ssh:
                 # when this connection closed, would otherwise kill the next step's processes too.
                 timer.join()
                 killed_at = kill_after if getattr(proc, "cut", False) else None
-        if proc.returncode == 255 and log.is_file():
-            err += "\n[ssh client log]\n" + "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        return proc.returncode, out, err, time.monotonic() - start, killed_at
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        if proc.returncode == 255:
+            err += "\n[ssh client log]\n" + "\n".join(text.splitlines()[-15:])
+        authenticated = f"Authenticated to {address} " in text
+        return (proc.returncode, out, err, time.monotonic() - start, killed_at), authenticated
 
     def copy(self, address: str, source: str, remote_path: str) -> tuple[int, str, str, float, None]:
         """A CopyToRemote as pulumi-command v1.2.1 does it over SFTP (provider/pkg/provider/remote/
@@ -237,9 +254,15 @@ class Ssh:
         parents = [str(p) for p in reversed(PurePosixPath(remote_path).parents) if str(p) not in (".", "/")]
         batch = "".join(f"-mkdir {p}\n" for p in parents) + f"put {source} {remote_path}\n"
         start = time.monotonic()
-        proc = subprocess.run(
-            ["sftp", "-F", str(self.config), "-b", "-", address], input=batch, capture_output=True, text=True
-        )
+        for attempt in range(1, self.dial_limit + 1):
+            proc = subprocess.run(
+                ["sftp", "-F", str(self.config), "-b", "-", address], input=batch, capture_output=True, text=True
+            )
+            # sftp echoes each batch command once connected: none echoed is a failed dial, dialled again.
+            if proc.returncode == 0 or "sftp>" in proc.stdout or attempt == self.dial_limit:
+                break
+            self.dial_failures.append(f"{address}: dial {attempt} (sftp): {proc.stderr.strip().splitlines()[-1:]}")
+            time.sleep(1)
         return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start, None
 
     def _cut(self, address: str, proc: subprocess.Popen) -> None:

@@ -108,7 +108,11 @@ def test_ensure_packages_installs_only_what_is_missing(tmp_path):
     (tmp_path / "packages").mkdir()
     (tmp_path / "packages" / "curl").touch()
     program = LIB.read_text() + "\nensure_packages debian curl jq chrony\n"
-    env = {"PATH": f"{Path(__file__).parents[1] / 'stubs' / 'host'}:/usr/bin:/bin", "FAKE_DIR": str(tmp_path)}
+    env = {
+        "PATH": f"{Path(__file__).parents[1] / 'stubs' / 'host'}:/usr/bin:/bin",
+        "FAKE_DIR": str(tmp_path),
+        "HOST_ROOT": str(tmp_path / "root"),
+    }
     first = subprocess.run(["bash", "-c", program], env=env, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
     assert first.stdout == "changed: installed jq chrony\n"
@@ -125,3 +129,34 @@ def test_write_file_ignores_trailing_newlines(tmp_path):
     second = subprocess.run(["bash", "-c", program, "lib", "a: 1\n"], check=True, capture_output=True, text=True)
     assert second.stdout == "unchanged\n"
     assert target.read_text() == "a: 1\n"
+
+
+def test_package_manager_calls_of_steps_side_by_side_never_overlap(tmp_path):
+    """Two steps on one host installing at once (apt-get fails at once while another holds its lock): each
+    call waits for the host's package lock. The stand-in apt-get fails, as apt does, when another runs."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "apt-get").write_text(
+        "#!/bin/sh\n"
+        'mkdir "$FAKE_DIR/apt-running" 2>/dev/null || { echo "E: Could not get lock" >&2; exit 100; }\n'
+        'echo "apt-get $*" >>"$FAKE_DIR/calls.log"; sleep 1; rmdir "$FAKE_DIR/apt-running"\n'
+    )
+    (stubs / "apt-get").chmod(0o755)
+    (stubs / "dpkg-query").symlink_to(Path(__file__).parents[1] / "stubs" / "host" / "dpkg-query")
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "FAKE_DIR": str(tmp_path), "HOST_ROOT": str(tmp_path / "root")}
+
+    def side_by_side(program: str) -> list[subprocess.CompletedProcess]:
+        procs = [
+            subprocess.Popen(
+                ["bash", "-c", program, "step", pkg], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            for pkg in ("jq", "chrony", "curl")
+        ]
+        return [subprocess.CompletedProcess(p.args, p.wait(), *p.communicate()) for p in procs]
+
+    locked = side_by_side(LIB.read_text() + '\nensure_packages debian "$1"\n')
+    assert all(p.returncode == 0 for p in locked), [p.stderr for p in locked]
+    assert (tmp_path / "calls.log").read_text().count("apt-get install") == 3
+    # The same calls without the lock: the stand-in refuses the overlap, so the test can see it.
+    unlocked = side_by_side(LIB.read_text() + '\nenv DEBIAN_FRONTEND=noninteractive apt-get install -y "$1"\n')
+    assert any("Could not get lock" in p.stderr for p in unlocked), [p.stderr for p in unlocked]

@@ -723,7 +723,9 @@ class NasHost:
         return (self.state / "log").read_text().splitlines()
 
     def files(self) -> dict[Path, bytes]:
-        return {p: p.read_bytes() for p in self.root.rglob("*") if p.is_file()}
+        """What the step left on the host, but its runtime files in /run (the package lock: lib.sh)."""
+        run = self.root / "run"
+        return {p: p.read_bytes() for p in self.root.rglob("*") if p.is_file() and run not in p.parents}
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ if [[ ! -s $keyring || "$(cat "$keyring.url" 2>/dev/null)" != "$APT_KEY_URL" ]];
   key=$(mktemp)
   curl -fsSL --retry 3 -o "$key" "$APT_KEY_URL" || fail "cannot download the zabbix repository key from $APT_KEY_URL"
   if grep -q "BEGIN PGP PUBLIC KEY BLOCK" "$key"; then
+    ensure_packages debian gpg # an armored key needs gpg to dearmor (Debian ships it as optional)
     gpg --batch --yes --dearmor -o "$keyring" "$key"
   else
     install -m 0644 "$key" "$keyring"
@@ -32,12 +33,12 @@ fi
 
 if write_file /etc/apt/sources.list.d/ml-platform-zabbix.list 0644 \
   "deb [signed-by=$keyring] $APT_REPOSITORY $APT_SUITE main"; then
-  DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+  package_manager apt-get update -q >/dev/null
 fi
 
 installed=$(dpkg-query -W -f='${Version}' zabbix-agent2 2>/dev/null || true)
 if [[ $installed != "$AGENT_VERSION" ]]; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+  package_manager apt-get install -y -q --no-install-recommends \
     "zabbix-agent2=$AGENT_VERSION" >/dev/null
   changed "installed zabbix-agent2 $AGENT_VERSION (was ${installed:-none})"
   restart=1
