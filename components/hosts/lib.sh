@@ -58,6 +58,15 @@ package_manager() {
   return "$rc"
 }
 
+# finish_dpkg: a run cut short inside dpkg (a lost connection, a reboot) leaves packages unpacked but not
+# configured, and apt refuses every install until `dpkg --configure -a` has run: finish it first.
+finish_dpkg() {
+  if [[ -n "$(dpkg --audit 2>/dev/null)" ]] || compgen -G "/var/lib/dpkg/updates/[0-9]*" >/dev/null; then
+    package_manager dpkg --configure -a >/dev/null
+    changed "finished an interrupted dpkg run (dpkg --configure -a)"
+  fi
+}
+
 # ensure_packages OS_FAMILY PACKAGE...: install the packages that are missing (apt on debian, dnf on
 # rhel); installs nothing and prints nothing when all are there.
 ensure_packages() {
@@ -66,12 +75,7 @@ ensure_packages() {
   local missing=()
   case $family in
     debian)
-      # A run cut short inside dpkg (a lost connection, a reboot) leaves packages unpacked but not
-      # configured, and apt refuses every install until `dpkg --configure -a` has run: finish it first.
-      if [[ -n "$(dpkg --audit 2>/dev/null)" ]] || compgen -G "/var/lib/dpkg/updates/[0-9]*" >/dev/null; then
-        package_manager dpkg --configure -a >/dev/null
-        changed "finished an interrupted dpkg run (dpkg --configure -a)"
-      fi
+      finish_dpkg
       for pkg in "$@"; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
       done

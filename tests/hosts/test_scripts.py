@@ -160,3 +160,28 @@ def test_package_manager_calls_of_steps_side_by_side_never_overlap(tmp_path):
     # The same calls without the lock: the stand-in refuses the overlap, so the test can see it.
     unlocked = side_by_side(LIB.read_text() + '\nenv DEBIAN_FRONTEND=noninteractive apt-get install -y "$1"\n')
     assert any("Could not get lock" in p.stderr for p in unlocked), [p.stderr for p in unlocked]
+
+
+def test_finish_dpkg_completes_a_run_cut_inside_dpkg_and_is_quiet_otherwise(tmp_path):
+    """A step cut inside dpkg leaves packages half-configured (`dpkg --audit` lists them) and apt refuses every
+    install until `dpkg --configure -a`: each step that installs finishes that first (ensure_packages and the
+    Zabbix agent step, which installs a pinned version itself)."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "dpkg").write_text(
+        "#!/bin/sh\n"
+        'echo "dpkg $*" >>"$FAKE_DIR/calls.log"\n'
+        'case $1 in --audit) [ -f "$FAKE_DIR/half" ] && echo "zabbix-agent2 is unpacked but not configured" ;;\n'
+        '  --configure) rm -f "$FAKE_DIR/half" ;; esac\n'
+    )
+    (stubs / "dpkg").chmod(0o755)
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "FAKE_DIR": str(tmp_path), "HOST_ROOT": str(tmp_path / "root")}
+    program = LIB.read_text() + "\nfinish_dpkg\n"
+    (tmp_path / "half").touch()
+    cut = subprocess.run(["bash", "-c", program], env=env, capture_output=True, text=True)
+    assert cut.returncode == 0 and cut.stdout == "changed: finished an interrupted dpkg run (dpkg --configure -a)\n"
+    assert "dpkg --configure -a" in (tmp_path / "calls.log").read_text()
+    clean = subprocess.run(["bash", "-c", program], env=env, capture_output=True, text=True)
+    assert clean.returncode == 0 and clean.stdout == ""
+    agent = script_path("zabbix-agent2-nas.sh").read_text()
+    assert agent.index("finish_dpkg") < agent.index("apt-get install"), "the agent step installs without it"

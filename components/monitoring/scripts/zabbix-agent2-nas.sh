@@ -36,11 +36,12 @@ if write_file /etc/apt/sources.list.d/ml-platform-zabbix.list 0644 \
   package_manager apt-get update -q >/dev/null
 fi
 
-installed=$(dpkg-query -W -f='${Version}' zabbix-agent2 2>/dev/null || true)
-if [[ $installed != "$AGENT_VERSION" ]]; then
+finish_dpkg # an earlier run of this step cut inside dpkg would make apt refuse the install
+installed=$(dpkg-query -W -f='${Status} ${Version}' zabbix-agent2 2>/dev/null || true)
+if [[ $installed != "install ok installed $AGENT_VERSION" ]]; then
   package_manager apt-get install -y -q --no-install-recommends \
     "zabbix-agent2=$AGENT_VERSION" >/dev/null
-  changed "installed zabbix-agent2 $AGENT_VERSION (was ${installed:-none})"
+  changed "installed zabbix-agent2 $AGENT_VERSION (was: ${installed:-not installed})"
   restart=1
 fi
 
