@@ -181,7 +181,7 @@ _NAS_STUBS = {
   for a in "$@"; do case $a in zabbix-agent2=*) echo "${{a#*=}}" >/etc/zabbix-test-installed ;; esac; done ;;
 esac""",
     "dpkg-query": 'v=$(cat /etc/zabbix-test-installed 2>/dev/null) && echo "install ok installed $v"',
-    "dpkg": 'exit 0  # `dpkg --audit`: nothing left half-installed',
+    "dpkg": "exit 0  # `dpkg --audit`: nothing left half-installed",
     "systemctl": """case $1 in restart) touch /etc/zabbix-test-up ;; is-active) [ -f /etc/zabbix-test-up ] ;; esac""",
     "sudo": '[ "$1" = -n ] && shift; exec "$@"',
 }
