@@ -67,10 +67,10 @@ def driver_rights(checks: AcceptanceChecks) -> list[pulumi.Resource]:
     )
     subject = [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": home}]
     role = k8s.rbac.v1.Role(
-        f"{name}-driver", metadata={"name": SERVICE_ACCOUNT, "namespace": home}, rules=NAMESPACE_RULES, opts=opts
+        f"{name}-driver-role", metadata={"name": SERVICE_ACCOUNT, "namespace": home}, rules=NAMESPACE_RULES, opts=opts
     )
     binding = k8s.rbac.v1.RoleBinding(
-        f"{name}-driver",
+        f"{name}-driver-binding",
         metadata={"name": SERVICE_ACCOUNT, "namespace": home},
         role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SERVICE_ACCOUNT},
         subjects=subject,
@@ -80,7 +80,7 @@ def driver_rights(checks: AcceptanceChecks) -> list[pulumi.Resource]:
     cluster_meta = {"name": cluster_role_name, "annotations": {"ml-platform.io/acceptance-namespace": home}}
     cluster_role = k8s.rbac.v1.ClusterRole(f"{name}-driver-read", metadata=cluster_meta, rules=CLUSTER_RULES, opts=opts)
     cluster_binding = k8s.rbac.v1.ClusterRoleBinding(
-        f"{name}-driver-read",
+        f"{name}-driver-read-binding",
         metadata=cluster_meta,
         role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role_name},
         subjects=subject,

@@ -43,6 +43,7 @@ ZABBIX_KINDS = (
     "User",
     "Action",
     "Dashboard",
+    "UserRole",
 )
 TLS_TYPES = ("privateKey:PrivateKey", "selfSignedCert:SelfSignedCert", "certRequest:CertRequest")
 REPLACE_ON: dict[str, tuple[str, ...]] = {
@@ -61,6 +62,9 @@ REPLACE_ON: dict[str, tuple[str, ...]] = {
     # changes (a new Admin or API password is an in-place update).
     **{f"pulumi-python:dynamic/zabbix:{kind}": ("kind",) for kind in ZABBIX_KINDS},
     "pulumi-python:dynamic/zabbix:Bootstrap": ("url", "api_user"),
+    # components/monitoring/reader.py, `ApiTokenProvider.diff`: a new user or token name replaces the token,
+    # the old one deleted first (Zabbix refuses a second token of one name for a user).
+    "pulumi-python:dynamic/zabbix:ApiToken": ("username", "name"),
     # pulumi_kubernetes/provider.py, `cluster_identifier`: "the provider will _only_ be replaced when
     # `clusterIdentifier` changes; all other changes to provider configuration will be treated as updates".
     "pulumi:providers:kubernetes": ("clusterIdentifier",),
@@ -307,7 +311,13 @@ def classify(old: Optional[dict], new: Optional[dict], component: str) -> Option
     return Entry(new["urn"], new["name"], new["type"], action, component, host, changes, because, options)
 
 
+DELETES_FIRST = ("pulumi-python:dynamic/zabbix:ApiToken",)
+"""Dynamic types whose provider replaces with the old one deleted first (their `diff`)."""
+
+
 def _dynamic_deletes_first(resource: dict[str, Any]) -> bool:
+    if resource["type"] in DELETES_FIRST:
+        return True
     if resource["type"] != DYNAMIC:
         return False
     return any(first for key, (_, first) in DYNAMIC_REPLACE.items() if key in resource["inputs"])
