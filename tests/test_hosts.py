@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import random
 import shlex
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hosts import inventory, machines, probe, rootfs, runner, standins
+from tests.hosts import cuts, inventory, machines, probe, rootfs, runner, standins
 from tests.prerequisites import fail, require_debian_package
 
 pytestmark = pytest.mark.real_server
@@ -155,54 +154,6 @@ def test_second_run_changes_nothing(hosts):
     assert not any(diffs.values()), diffs
 
 
-def _interrupt_on_twin(hosts, twin: str) -> tuple[list[str], list[str]]:
-    """Every step of the twin's original node, sent unchanged to the twin, cut at seeded points, then
-    re-run to the end. Returns the cases and the differences from the original's fingerprint."""
-    original = inventory.TWINS[twin]
-    address = hosts.lab.machines[twin].address
-    rng = random.Random(f"{SEED}-{twin}")
-    cases = _cut_copy_on_twin(hosts, original, address)
-    mine = [s for s in hosts.steps if s.node == original and s.create]
-    for step in sorted(mine, key=lambda s: hosts.first.order.index(s.name)):
-        duration = hosts.first.results[step.name].seconds
-        # Early points first: a step that ran to its end is mostly done on the next try, so a late point
-        # would find it finished. The first point falls in the first third of the step's bring-up time.
-        points = [rng.uniform(0.05, 0.3), *(rng.uniform(0.3, 0.95) for _ in range(KILL_POINTS - 1))]
-        for at in (round(p * duration, 2) for p in points):
-            stdin = hosts.stdin_of(step, hosts.first.results) if step.secret_stdin else None
-            rc, _, _, _, cut = hosts.ssh.run(address, step.create, stdin, kill_after=at)
-            cases.append(
-                f"{step.name} cut at {at:.2f} s of {duration:.1f}: " + ("cut" if cut else f"finished first, rc={rc}")
-            )
-        stdin = hosts.stdin_of(step, hosts.first.results) if step.secret_stdin else None
-        rc, out, err, seconds, _ = hosts.ssh.run(address, step.create, stdin)
-        cases.append(f"{step.name} re-run to the end: rc={rc} in {seconds:.1f} s")
-        if rc != 0:
-            return cases, [f"{step.name} failed after interruptions: rc={rc} {out[-800:]} {err[-1500:]}"]
-    return cases, probe.differences(hosts.converged[original], probe.fingerprint(hosts.ssh, address))
-
-
-def _cut_copy_on_twin(hosts, original: str, address: str) -> list[str]:
-    """The host-script copy cut short (half the bundle written, as a dropped SFTP session leaves it): the
-    first step then stops naming its missing script, and the copy re-run makes the step work."""
-    copy = next(s for s in hosts.steps if s.node == original and s.copy)
-    source, remote_path = copy.copy
-    data = Path(source).read_bytes()
-    write = f"mkdir -p {shlex.quote(str(Path(remote_path).parent))} && cat > {shlex.quote(remote_path)}"
-    half = subprocess.run(hosts.ssh.argv(address, write), input=data[: len(data) // 2], capture_output=True)
-    assert half.returncode == 0, half.stderr
-    mine = [s for s in hosts.steps if s.node == original and s.create]
-    first = min(mine, key=lambda s: hosts.first.order.index(s.name))
-    rc, _, err, _, _ = hosts.ssh.run(address, first.create)
-    assert rc != 0 and "is not on this host" in err, (rc, err[-600:])
-    rc, out, err, seconds, _ = hosts.ssh.copy(address, source, remote_path)
-    assert rc == 0, (out, err)
-    return [
-        f"{copy.name} cut after {len(data) // 2} of {len(data)} bytes: {first.name} stops, naming the missing script",
-        f"{copy.name} re-run to the end: rc={rc} in {seconds:.1f} s",
-    ]
-
-
 def test_interrupted_steps_converge(hosts):
     """Each twin receives its original node's steps unchanged; each step is cut KILL_POINTS times at
     seeded points (its processes on the host killed, then its connection) and re-run to the end: the
@@ -210,12 +161,29 @@ def test_interrupted_steps_converge(hosts):
     assert hosts.first is not None and hosts.converged
     with concurrent.futures.ThreadPoolExecutor(len(inventory.TWINS)) as pool:
         outcomes = dict(
-            zip(inventory.TWINS, pool.map(lambda t: _interrupt_on_twin(hosts, t), inventory.TWINS), strict=True)
+            zip(
+                inventory.TWINS,
+                pool.map(lambda t: cuts.on_twin(hosts, t, SEED, KILL_POINTS), inventory.TWINS),
+                strict=True,
+            )
         )
     for twin, (cases, diff) in outcomes.items():
         print(f"\ninterruption cases on {twin} (seed {SEED}):\n  " + "\n  ".join(cases))
         print(f"{twin} converged to {inventory.TWINS[twin]}'s fingerprint: {not diff}")
     assert not any(diff for _, diff in outcomes.values()), {t: d for t, (_, d) in outcomes.items() if d}
+
+
+def test_nas_steps_cut_after_an_undo_converge(hosts):
+    """The NAS steps name their own host (MinIO's health URL and certificate), so no twin can take them:
+    each is undone on the NAS host (the agent's package removed, MinIO's binary deleted), cut at seeded
+    points while it does that work again, then run to its end; the host's fingerprint equals its converged
+    one."""
+    assert hosts.first is not None and hosts.converged
+    cases, diff = cuts.after_undo(hosts, "nas-1", SEED, KILL_POINTS)
+    listed = "\n  ".join(cases)
+    print(f"\ninterruption cases on nas-1 after an undo (seed {SEED}):\n  {listed}")
+    print(f"nas-1 converged to its fingerprint: {not diff}")
+    assert not diff, diff
 
 
 def test_node_removal_runs_the_delete_commands(hosts):

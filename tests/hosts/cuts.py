@@ -1,0 +1,109 @@
+"""The interruption cases of the host harness: a step's session cut at seeded points, then the step run to
+its end; the host must end as an uninterrupted run leaves it (its fingerprint).
+
+- `on_twin`: a twin machine receives its original node's steps unchanged (the host-script copy cut after
+  half the bundle, then every step cut) and must end with the original's fingerprint;
+- `after_undo`: a step whose host cannot have a twin (a NAS step names its own host) is cut on that host
+  after an operator's undo gave it work to do again (a package removed, a binary deleted), and the host must
+  end with its converged fingerprint.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+from tests.hosts import inventory, probe
+
+
+def _points(rng: random.Random, duration: float, kill_points: int) -> list[float]:
+    # Early points first: a step that ran to its end is mostly done on the next try, so a late point would
+    # find it finished. The first point falls in the first third of the step's bring-up time.
+    fractions = [rng.uniform(0.05, 0.3), *(rng.uniform(0.3, 0.95) for _ in range(kill_points - 1))]
+    return [round(f * duration, 2) for f in fractions]
+
+
+def _cut_and_finish(hosts, address: str, step, rng: random.Random, kill_points: int) -> tuple[list[str], str]:
+    """`step` cut at seeded points on `address`, then run to its end. Returns the cases and, when the last
+    run failed, its output."""
+    cases = []
+    duration = hosts.first.results[step.name].seconds
+    for at in _points(rng, duration, kill_points):
+        stdin = hosts.stdin_of(step, hosts.first.results) if step.secret_stdin else None
+        rc, _, _, _, cut = hosts.ssh.run(address, step.create, stdin, kill_after=at)
+        cases.append(
+            f"{step.name} cut at {at:.2f} s of {duration:.1f}: " + ("cut" if cut else f"finished first, rc={rc}")
+        )
+    stdin = hosts.stdin_of(step, hosts.first.results) if step.secret_stdin else None
+    rc, out, err, seconds, _ = hosts.ssh.run(address, step.create, stdin)
+    cases.append(f"{step.name} re-run to the end: rc={rc} in {seconds:.1f} s")
+    return cases, "" if rc == 0 else f"{step.name} failed after interruptions: rc={rc} {out[-800:]} {err[-1500:]}"
+
+
+def on_twin(hosts, twin: str, seed: int, kill_points: int) -> tuple[list[str], list[str]]:
+    """Every step of the twin's original node, sent unchanged to the twin, cut at seeded points, then
+    re-run to the end. Returns the cases and the differences from the original's fingerprint."""
+    original = inventory.TWINS[twin]
+    address = hosts.lab.machines[twin].address
+    rng = random.Random(f"{seed}-{twin}")
+    cases = copy_on_twin(hosts, original, address)
+    mine = [s for s in hosts.steps if s.node == original and s.create]
+    for step in sorted(mine, key=lambda s: hosts.first.order.index(s.name)):
+        more, failed = _cut_and_finish(hosts, address, step, rng, kill_points)
+        cases += more
+        if failed:
+            return cases, [failed]
+    return cases, probe.differences(hosts.converged[original], probe.fingerprint(hosts.ssh, address))
+
+
+def copy_on_twin(hosts, original: str, address: str) -> list[str]:
+    """The host-script copy cut short (half the bundle written, as a dropped SFTP session leaves it): the
+    first step then stops naming its missing script, and the copy re-run makes the step work."""
+    copy = next(s for s in hosts.steps if s.node == original and s.copy)
+    source, remote_path = copy.copy
+    data = Path(source).read_bytes()
+    write = f"mkdir -p {shlex.quote(str(Path(remote_path).parent))} && cat > {shlex.quote(remote_path)}"
+    half = subprocess.run(hosts.ssh.argv(address, write), input=data[: len(data) // 2], capture_output=True)
+    assert half.returncode == 0, half.stderr
+    mine = [s for s in hosts.steps if s.node == original and s.create]
+    first = min(mine, key=lambda s: hosts.first.order.index(s.name))
+    rc, _, err, _, _ = hosts.ssh.run(address, first.create)
+    assert rc != 0 and "is not on this host" in err, (rc, err[-600:])
+    rc, out, err, seconds, _ = hosts.ssh.copy(address, source, remote_path)
+    assert rc == 0, (out, err)
+    return [
+        f"{copy.name} cut after {len(data) // 2} of {len(data)} bytes: {first.name} stops, naming the missing script",
+        f"{copy.name} re-run to the end: rc={rc} in {seconds:.1f} s",
+    ]
+
+
+def undo_of(step) -> str:
+    """What an operator does that gives a NAS step its work again: the agent's package removed (its
+    configuration and user stay), MinIO's server stopped and its binary deleted (its drives and data stay)."""
+    if step.kind == "zabbix-agent2":
+        return "systemctl stop zabbix-agent2 && DEBIAN_FRONTEND=noninteractive apt-get remove -y -q zabbix-agent2"
+    if step.kind == "minio":
+        binary = re.search(r"\bBINARY=(\S+)", step.create).group(1)
+        service = re.search(r"\bSERVICE=(\S+)", step.create).group(1)
+        return f"systemctl stop {service} && rm -f /usr/local/bin/{binary}"
+    raise ValueError(f"no undo for {step.kind}")
+
+
+def after_undo(hosts, node: str, seed: int, kill_points: int) -> tuple[list[str], list[str]]:
+    """Each step of `node` that `undo_of` knows, undone and then cut at seeded points on the node itself,
+    then run to its end: the node's fingerprint equals its converged one."""
+    address = hosts.nodes()[node]
+    rng = random.Random(f"{seed}-{node}")
+    cases = []
+    for step in (s for s in hosts.steps if s.node == node and s.kind in ("zabbix-agent2", "minio")):
+        undone = hosts.ssh.sudo(address, undo_of(step))
+        assert undone.returncode == 0, undone.stderr
+        cases.append(f"{step.name} undone: {undo_of(step)}")
+        more, failed = _cut_and_finish(hosts, address, step, rng, kill_points)
+        cases += more
+        if failed:
+            return cases, [failed]
+    return cases, probe.differences(hosts.converged[node], probe.fingerprint(hosts.ssh, address))
