@@ -176,13 +176,13 @@ def test_interrupted_steps_converge(hosts):
 def test_nas_steps_cut_after_an_undo_converge(hosts):
     """The NAS steps name their own host (MinIO's health URL and certificate), so no twin can take them:
     each is undone on the NAS host (the agent's package removed, MinIO's binary deleted), cut at seeded
-    points while it does that work again, then run to its end; the host's fingerprint equals its converged
-    one."""
+    points while it does that work again, the agent's step also while dpkg unpacks its package, then run to
+    its end; the host's fingerprint equals its converged one."""
     assert hosts.first is not None and hosts.converged
     cases, diff = cuts.after_undo(hosts, "nas-1", SEED, KILL_POINTS)
     listed = "\n  ".join(cases)
     print(f"\ninterruption cases on nas-1 after an undo (seed {SEED}):\n  {listed}")
-    print(f"nas-1 converged to its fingerprint: {not diff}")
+    print(f"nas-1 converged to its fingerprint: {not diff}" + "".join(f"\n  {d}" for d in diff))
     assert not diff, diff
 
 

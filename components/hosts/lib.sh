@@ -10,15 +10,19 @@ fail() { echo "error: $*" >&2; exit 1; }
 
 # write_file PATH MODE CONTENT: make PATH hold exactly CONTENT, ending in one newline, with MODE.
 # Returns 0 when it changed the file, 1 when the file was already right. Never prints CONTENT.
+# The content goes to PATH.ml-platform-new (created 0600), then is renamed over PATH: one fixed name, so a
+# run cut between the two leaves no stray file behind once the step has run again.
 write_file() {
-  local path=$1 mode=$2 content=$3 tmp
+  local path=$1 mode=$2 content=$3 tmp=$1.ml-platform-new
   # Trailing newlines are normalised to one, so content with or without them compares equal.
   while [[ $content == *$'\n' ]]; do content=${content%$'\n'}; done
   if [[ -f $path ]] && [[ "$(cat "$path")" == "$content" ]] && [[ "$(stat -c %a "$path")" == "${mode#0}" ]]; then
+    [[ ! -e $tmp ]] || rm -f "$tmp"
     return 1
   fi
   install -d -m 0755 "$(dirname "$path")"
-  tmp=$(mktemp "$path.XXXXXX")
+  rm -f "$tmp"
+  install -m 0600 /dev/null "$tmp"
   chmod "$mode" "$tmp"
   printf '%s\n' "$content" >"$tmp"
   mv -f "$tmp" "$path"
@@ -59,12 +63,33 @@ package_manager() {
 }
 
 # finish_dpkg: a run cut short inside dpkg (a lost connection, a reboot) leaves packages unpacked but not
-# configured, and apt refuses every install until `dpkg --configure -a` has run: finish it first.
+# configured, and apt refuses every install until `dpkg --configure -a` has run: finish it first. A run cut
+# while dpkg unpacked leaves the package half installed (its new files still *.dpkg-new, marked
+# reinst-required): neither `dpkg --configure -a` nor an install of the same version repairs that, and both
+# exit 0; such a package is installed again, at the version it was being installed at.
 finish_dpkg() {
   if [[ -n "$(dpkg --audit 2>/dev/null)" ]] || compgen -G "/var/lib/dpkg/updates/[0-9]*" >/dev/null; then
     package_manager dpkg --configure -a >/dev/null
     changed "finished an interrupted dpkg run (dpkg --configure -a)"
   fi
+  local half
+  # ${db:Status-Abbrev}: desired, state (H: half installed) and error flag (R: reinst-required).
+  half=$({ dpkg-query -W -f='${db:Status-Abbrev}${binary:Package}=${Version}\n' 2>/dev/null || true; } |
+    awk 'substr($0, 2, 1) == "H" || substr($0, 3, 1) == "R" {print substr($0, 4)}')
+  if [[ -n $half ]]; then
+    # shellcheck disable=SC2086  # one word per package
+    package_manager apt-get install -y -q --reinstall --no-install-recommends $half >/dev/null
+    changed "installed again what an interrupted dpkg run left half installed: ${half//$'\n'/ }"
+  fi
+}
+
+# installed_as PACKAGE [VERSION]: fail unless dpkg has PACKAGE fully installed (at VERSION): apt-get can
+# exit 0 and leave a package as it was.
+installed_as() {
+  local status
+  status=$(dpkg-query -W -f='${Status} ${Version}' "$1" 2>/dev/null || true)
+  [[ $status == "install ok installed"* && (-z ${2:-} || $status == "install ok installed $2") ]] ||
+    fail "package $1${2:+ $2} is not installed after apt-get install (dpkg: ${status:-not known}); see dpkg --audit"
 }
 
 # ensure_packages OS_FAMILY PACKAGE...: install the packages that are missing (apt on debian, dnf on
@@ -82,6 +107,7 @@ ensure_packages() {
       ((${#missing[@]})) || return 0
       package_manager apt-get update -q >/dev/null
       package_manager apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+      for pkg in "${missing[@]}"; do installed_as "$pkg"; done
       ;;
     rhel)
       for pkg in "$@"; do

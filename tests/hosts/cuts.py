@@ -2,7 +2,7 @@
 its end; the host must end as an uninterrupted run leaves it (its fingerprint).
 
 - `on_twin`: a twin machine receives its original node's steps unchanged (the host-script copy cut after
-  half the bundle, then every step cut) and must end with the original's fingerprint;
+  the middle of the first step's program, then every step cut) and must end with the original's fingerprint;
 - `after_undo`: a step whose host cannot have a twin (a NAS step names its own host) is cut on that host
   after an operator's undo gave it work to do again (a package removed, a binary deleted), and the host must
   end with its converged fingerprint.
@@ -14,6 +14,7 @@ import random
 import re
 import shlex
 import subprocess
+import tarfile
 from pathlib import Path
 
 from tests.hosts import inventory, probe
@@ -60,22 +61,28 @@ def on_twin(hosts, twin: str, seed: int, kill_points: int) -> tuple[list[str], l
 
 
 def copy_on_twin(hosts, original: str, address: str) -> list[str]:
-    """The host-script copy cut short (half the bundle written, as a dropped SFTP session leaves it): the
-    first step then stops naming its missing script, and the copy re-run makes the step work."""
+    """The host-script copy cut short, as a dropped SFTP session leaves it: the bundle written up to the
+    middle of the first step's program (a program wholly before the cut would be found and run, verified by
+    its hash). The first step then stops naming its missing script, and the copy re-run makes the step work."""
     copy = next(s for s in hosts.steps if s.node == original and s.copy)
     source, remote_path = copy.copy
     data = Path(source).read_bytes()
-    write = f"mkdir -p {shlex.quote(str(Path(remote_path).parent))} && cat > {shlex.quote(remote_path)}"
-    half = subprocess.run(hosts.ssh.argv(address, write), input=data[: len(data) // 2], capture_output=True)
-    assert half.returncode == 0, half.stderr
     mine = [s for s in hosts.steps if s.node == original and s.create]
     first = min(mine, key=lambda s: hosts.first.order.index(s.name))
+    program = re.search(r"\bh=([0-9a-f]{64})\b", first.create).group(1)
+    with tarfile.open(source) as bundle:
+        member = bundle.getmember(program)
+    cut = member.offset_data + member.size // 2
+    write = f"mkdir -p {shlex.quote(str(Path(remote_path).parent))} && cat > {shlex.quote(remote_path)}"
+    part = subprocess.run(hosts.ssh.argv(address, write), input=data[:cut], capture_output=True)
+    assert part.returncode == 0, part.stderr
     rc, _, err, _, _ = hosts.ssh.run(address, first.create)
     assert rc != 0 and "is not on this host" in err, (rc, err[-600:])
     rc, out, err, seconds, _ = hosts.ssh.copy(address, source, remote_path)
     assert rc == 0, (out, err)
     return [
-        f"{copy.name} cut after {len(data) // 2} of {len(data)} bytes: {first.name} stops, naming the missing script",
+        f"{copy.name} cut after {cut} of {len(data)} bytes (inside {first.name}'s program): {first.name} stops, "
+        "naming the missing script",
         f"{copy.name} re-run to the end: rc={rc} in {seconds:.1f} s",
     ]
 
@@ -94,7 +101,8 @@ def undo_of(step) -> str:
 
 def after_undo(hosts, node: str, seed: int, kill_points: int) -> tuple[list[str], list[str]]:
     """Each step of `node` that `undo_of` knows, undone and then cut at seeded points on the node itself,
-    then run to its end: the node's fingerprint equals its converged one."""
+    then run to its end; the agent's step also cut while dpkg unpacks its package (`inside_unpack`): the
+    node's fingerprint equals its converged one."""
     address = hosts.nodes()[node]
     rng = random.Random(f"{seed}-{node}")
     cases = []
@@ -104,6 +112,31 @@ def after_undo(hosts, node: str, seed: int, kill_points: int) -> tuple[list[str]
         cases.append(f"{step.name} undone: {undo_of(step)}")
         more, failed = _cut_and_finish(hosts, address, step, rng, kill_points)
         cases += more
+        if not failed and step.kind == "zabbix-agent2":
+            more, failed = inside_unpack(hosts, address, step)
+            cases += more
         if failed:
             return cases, [failed]
     return cases, probe.differences(hosts.converged[node], probe.fingerprint(hosts.ssh, address))
+
+
+# While dpkg unpacks zabbix-agent2, its files are written as *.dpkg-new and renamed at the end of the unpack.
+UNPACKING = "[ -e /etc/init.d/zabbix-agent2.dpkg-new ]"
+
+
+def inside_unpack(hosts, address: str, step) -> tuple[list[str], str]:
+    """The agent's step cut while dpkg unpacks the package (a seeded second seldom lands in that window): a
+    watcher on the host freezes dpkg the moment its first *.dpkg-new file appears, then the step is killed.
+    The package is left half installed (reinst-required), which neither `dpkg --configure -a` nor an install
+    of the same version repairs; the step's re-run must install it again."""
+    undone = hosts.ssh.sudo(address, undo_of(step))
+    assert undone.returncode == 0, undone.stderr
+    stdin = hosts.stdin_of(step, hosts.first.results) if step.secret_stdin else None
+    rc, _, _, seen = hosts.ssh.run_cut_when(address, step.create, stdin, UNPACKING, "pkill -STOP -x dpkg")
+    status = hosts.ssh.sudo(address, "dpkg-query -W -f='${Status}' zabbix-agent2").stdout
+    cases = [f"{step.name} cut while dpkg unpacked it (watcher saw it: {seen}, rc={rc}): dpkg says {status!r}"]
+    if not seen or "half-installed" not in status:
+        return cases, f"{step.name}: the cut did not land inside dpkg's unpack (seen: {seen}, dpkg: {status!r})"
+    rc, out, err, seconds, _ = hosts.ssh.run(address, step.create, stdin)
+    cases.append(f"{step.name} re-run to the end: rc={rc} in {seconds:.1f} s: {' / '.join(out.splitlines())}")
+    return cases, "" if rc == 0 else f"{step.name} failed after a cut inside dpkg: rc={rc} {out[-800:]} {err[-1500:]}"

@@ -222,6 +222,9 @@ def cleanup() -> None:
             sh("ip", "netns", "delete", name, check=False)
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         sh("ip", "link", "delete", BRIDGE, check=False)
+    # A host-side veth outlives its namespace's name while a process of a killed run still holds it.
+    for link in Path("/sys/class/net").glob(f"{PREFIX}v*"):
+        sh("ip", "link", "delete", link.name, check=False)
     if STATE.is_dir():
         for image in STATE.glob("*.img"):
             for line in sh("losetup", "-j", str(image)).stdout.splitlines():

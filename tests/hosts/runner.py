@@ -47,18 +47,31 @@ RUN = (
 PARALLEL = 4
 
 # Kill the processes a step started on its host, as a host that loses the step's session mid-way would
-# leave it: every process under every `sshd: USER@notty` session but the one running this.
+# leave it: every process under every `sshd: USER@notty` session but the one running this. The tree is
+# frozen before it is killed (SIGSTOP, then listed again until no new process appears: a process forked
+# between a listing and the signal would otherwise escape, orphaned, and go on working, such as the dpkg
+# of an apt-get the cut killed); then every frozen process is killed.
 KILL_STEP = r"""
 me=$$ ancestors=" "
 p=$me
 while [ "$p" -gt 1 ]; do ancestors="$ancestors$p "; p=$(awk '/^PPid/ {print $2}' /proc/$p/status); done
 tree() { echo "$1"; for c in $(pgrep -P "$1"); do tree "$c"; done; }
-pids=""
+roots=""
 for s in $(pgrep -f "^sshd: USER@notty"); do
   case $ancestors in *" $s "*) continue ;; esac
-  for c in $(pgrep -P "$s"); do pids="$pids $(tree "$c")"; done
+  roots="$roots $(pgrep -P "$s")"
 done
-[ -z "$pids" ] || { kill -STOP $pids 2>/dev/null; kill -KILL $pids 2>/dev/null; }
+pids=" "
+for round in 1 2 3 4 5 6 7 8 9 10; do
+  new=""
+  for r in $roots; do
+    for p in $(tree "$r"); do case $pids in *" $p "*) ;; *) new="$new $p" ;; esac; done
+  done
+  [ -n "$new" ] || break
+  kill -STOP $new 2>/dev/null
+  pids="$pids${new# } "
+done
+[ -z "${pids// /}" ] || kill -KILL $pids 2>/dev/null
 echo "killed:$pids"
 """.replace("USER", USER)
 
@@ -264,6 +277,32 @@ class Ssh:
             self.dial_failures.append(f"{address}: dial {attempt} (sftp): {proc.stderr.strip().splitlines()[-1:]}")
             time.sleep(1)
         return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start, None
+
+    def run_cut_when(
+        self, address: str, command: str, stdin: Optional[str], condition: str, freeze: str, wait: float = 120
+    ) -> tuple[int, str, str, bool]:
+        """Exec `command` on `address`, cut at a moment of its work rather than a second: a watcher on the
+        host tests the shell `condition` every few milliseconds; when it holds it freezes what `freeze`
+        names (`pkill -STOP ...`, at once), then kills the step as a cut does (KILL_STEP). Returns the step's
+        exit status, output, errors and whether the watcher saw the condition (no lost-connection re-run)."""
+        polls = int(wait / 0.005)
+        watcher = subprocess.Popen(
+            self.argv(address, "sudo -n bash -s"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        watcher.stdin.write(
+            f"echo watching\nfor i in $(seq {polls}); do if {condition}; then {freeze}; echo seen\n"
+            f"{KILL_STEP}\nexit 0; fi; sleep 0.005; done\necho unseen\n"
+        )
+        watcher.stdin.close()
+        assert watcher.stdout.readline().strip() == "watching", watcher.stderr.read()
+        (rc, out, err, _, _), _ = self._dial(address, command, stdin, None, wait + 60)
+        told = watcher.stdout.read()
+        watcher.wait(timeout=wait + 60)
+        return rc, out, err, "seen" in told.split()
 
     def _cut(self, address: str, proc: subprocess.Popen) -> None:
         if proc.poll() is not None:

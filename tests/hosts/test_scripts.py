@@ -140,6 +140,8 @@ def test_package_manager_calls_of_steps_side_by_side_never_overlap(tmp_path):
         "#!/bin/sh\n"
         'mkdir "$FAKE_DIR/apt-running" 2>/dev/null || { echo "E: Could not get lock" >&2; exit 100; }\n'
         'echo "apt-get $*" >>"$FAKE_DIR/calls.log"; sleep 1; rmdir "$FAKE_DIR/apt-running"\n'
+        'mkdir -p "$FAKE_DIR/packages"\n'
+        'for pkg; do case $pkg in -* | install) ;; *) touch "$FAKE_DIR/packages/$pkg" ;; esac; done\n'
     )
     (stubs / "apt-get").chmod(0o755)
     (stubs / "dpkg-query").symlink_to(Path(__file__).parents[1] / "stubs" / "host" / "dpkg-query")
@@ -185,3 +187,69 @@ def test_finish_dpkg_completes_a_run_cut_inside_dpkg_and_is_quiet_otherwise(tmp_
     assert clean.returncode == 0 and clean.stdout == ""
     agent = script_path("zabbix-agent2-nas.sh").read_text()
     assert agent.index("finish_dpkg") < agent.index("apt-get install"), "the agent step installs without it"
+
+
+def test_finish_dpkg_installs_again_a_package_left_half_installed(tmp_path):
+    """A step cut while dpkg unpacked leaves the package half installed (state H, reinst-required): both
+    `dpkg --configure -a` and an install of the same version exit 0 and leave it so. finish_dpkg installs it
+    again at the version it was being installed at; a package apt-get leaves not installed fails the step,
+    naming it."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "dpkg").write_text('#!/bin/sh\necho "dpkg $*" >>"$FAKE_DIR/calls.log"\n')
+    # The database: one line per package, `<abbrev><name>=<version>` as finish_dpkg's query prints it.
+    (stubs / "dpkg-query").write_text(
+        "#!/bin/bash\n"
+        'if [[ $* == *Status-Abbrev* ]]; then cat "$FAKE_DIR/db"; exit 0; fi\n'
+        'line=$(grep "^ii ${!#}=" "$FAKE_DIR/db") && echo "install ok installed ${line#*=}"\n'
+        "exit 0\n"
+    )
+    (stubs / "apt-get").write_text(
+        "#!/bin/bash\n"
+        'echo "apt-get $*" >>"$FAKE_DIR/calls.log"\n'
+        '[[ -f "$FAKE_DIR/apt-repairs" ]] && sed -i "s/^iHR/ii /" "$FAKE_DIR/db"\n'
+        "exit 0\n"
+    )
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "FAKE_DIR": str(tmp_path), "HOST_ROOT": str(tmp_path / "root")}
+    # ${db:Status-Abbrev} is three characters ("ii ", "iHR"), the name follows at once.
+    db = "ii curl=7.88.1-10+deb12u14\niHRzabbix-agent2=1:6.0.14+dfsg-1+b1\nrc old=1.0\n"
+    (tmp_path / "db").write_text(db)
+    (tmp_path / "apt-repairs").touch()
+    program = LIB.read_text() + "\nfinish_dpkg\ninstalled_as zabbix-agent2 1:6.0.14+dfsg-1+b1\n"
+    cut = subprocess.run(["bash", "-c", program], env=env, capture_output=True, text=True)
+    assert cut.returncode == 0, cut.stderr
+    calls = (tmp_path / "calls.log").read_text()
+    assert "apt-get install -y -q --reinstall --no-install-recommends zabbix-agent2=1:6.0.14+dfsg-1+b1\n" in calls
+    assert "curl" not in calls and " old" not in calls
+    assert cut.stdout.endswith(
+        "changed: installed again what an interrupted dpkg run left half installed: zabbix-agent2=1:6.0.14+dfsg-1+b1\n"
+    )
+    clean = subprocess.run(["bash", "-c", program], env=env, capture_output=True, text=True)
+    assert clean.returncode == 0 and clean.stdout == "", clean.stderr
+    # apt-get exits 0 and repairs nothing: the step fails, naming the package, instead of reporting it installed.
+    (tmp_path / "db").write_text(db)
+    (tmp_path / "apt-repairs").unlink()
+    unrepaired = subprocess.run(["bash", "-c", program], env=env, capture_output=True, text=True)
+    assert unrepaired.returncode == 1
+    assert "package zabbix-agent2 1:6.0.14+dfsg-1+b1 is not installed after apt-get install" in unrepaired.stderr
+    agent = script_path("zabbix-agent2-nas.sh").read_text()
+    assert agent.index("apt-get install") < agent.index('installed_as zabbix-agent2 "$AGENT_VERSION"')
+
+
+def test_write_file_leaves_no_stray_file_after_a_cut(tmp_path):
+    """A run cut between writing the new content and renaming it over the file leaves PATH.ml-platform-new;
+    the step's next run removes it, whether the file still needs writing or is right already."""
+    target = tmp_path / "etc" / "unit.service"
+    stray = tmp_path / "etc" / "unit.service.ml-platform-new"
+    program = LIB.read_text() + f'\nwrite_file {target} 0644 "$1" || echo unchanged\n'
+    target.parent.mkdir()
+    stray.write_text("half")
+    first = subprocess.run(["bash", "-c", program, "lib", "a=1"], capture_output=True, text=True)
+    assert first.returncode == 0 and first.stdout == f"changed: wrote {target}\n", first.stderr
+    assert target.read_text() == "a=1\n" and not stray.exists()
+    stray.write_text("half")
+    second = subprocess.run(["bash", "-c", program, "lib", "a=1"], capture_output=True, text=True)
+    assert second.stdout == "unchanged\n" and not stray.exists()
+    assert sorted(p.name for p in target.parent.iterdir()) == ["unit.service"]

@@ -41,6 +41,7 @@ installed=$(dpkg-query -W -f='${Status} ${Version}' zabbix-agent2 2>/dev/null ||
 if [[ $installed != "install ok installed $AGENT_VERSION" ]]; then
   package_manager apt-get install -y -q --no-install-recommends \
     "zabbix-agent2=$AGENT_VERSION" >/dev/null
+  installed_as zabbix-agent2 "$AGENT_VERSION"
   changed "installed zabbix-agent2 $AGENT_VERSION (was: ${installed:-not installed})"
   restart=1
 fi
