@@ -52,7 +52,8 @@ DURATIONS: dict[str, tuple[int, str]] = {
     ),
     "rke2-install.sh agent": (
         120,
-        "installer and ~40 MB tarball, rke2-agent start, runtime image pull, kubelet registration (60-120 s)",
+        "installer and ~40 MB tarball, rke2-agent start, runtime image pull, kubelet registration (60-120 s); "
+        "then the certificate watch (three small files, a systemd reload: seconds)",
     ),
     "pre-upgrade.sh": (
         20,
@@ -60,7 +61,6 @@ DURATIONS: dict[str, tuple[int, str]] = {
     ),
     "rke2-node-versions.sh": (10, "one SSH login to the init server and one `kubectl get nodes`"),
     "read-kubeconfig.sh": (10, "reads rke2.yaml and checks the API through the endpoint, which is already up"),
-    "rke2-certificate-watch.sh": (10, "three small files, a systemd reload, one openssl run per RKE2 certificate"),
     "read-ca-hash.sh": (5, "one SSH login to the init server and a sha256sum of one certificate"),
     "infiniband-host.sh": (90, "rdma-core and infiniband-diags from the mirror (30-60 s), IPoIB interface up"),
     "nvme-tier1.sh": (60, "mkfs.xfs on two NVMe devices (discard of a few TB takes seconds to tens), mounts"),

@@ -125,7 +125,6 @@ def test_removing_an_agent_marks_its_drain_and_uninstall_destructive(prod_base):
         "cpu-20-prepare": "delete",
         "cpu-20-rke2": "delete",
         # Its delete removes the certificate timer, the program's own files only (no danger line).
-        "cpu-20-rke2-certificate-dates": "delete",
         # Its copy of the host scripts: no delete command (the files stay for the deletes above).
         "cpu-20-scripts": "delete",
         # Zabbix forgets a removed node (a host object, not a host step: no danger line).
@@ -269,8 +268,8 @@ def test_markdown_is_collapsible_per_component_with_counts(prod_base):
     counts = "0 to create, 2 to update, 0 to replace, 1 to delete-before-replace,"
     assert markdown.startswith(f"**ml-platform/prod**: {counts}")
     assert "| scheduling | 1 update |" in markdown
-    assert "| cluster | 5 delete |" in markdown and "| ceph | 1 update, 1 delete |" in markdown
-    assert "<details><summary>by host (1 hosts)</summary>" in markdown and "| cpu-04 | 5 delete |" in markdown
+    assert "| cluster | 4 delete |" in markdown and "| ceph | 1 update, 1 delete |" in markdown
+    assert "<details><summary>by host (1 hosts)</summary>" in markdown and "| cpu-04 | 4 delete |" in markdown
     assert "<details><summary>ceph: 1 update, 1 delete</summary>" in markdown
     assert markdown.index("**Danger") < markdown.index("<details>")
 

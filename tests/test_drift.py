@@ -369,10 +369,11 @@ def test_every_file_a_host_script_writes_under_etc_is_fingerprinted():
     import re
 
     from components.acceptance.drift import DRIFT_DIRS, HOST_SCRIPTS, LINE_OWNED
+    from components.hosts.remote import expanded
 
     secret = {"/etc/rancher/rke2/join-token", "/etc/rancher/rke2/agent-token", "/etc/rancher/rke2/oidc-ca.pem"}
     for script in HOST_SCRIPTS:
-        text = (ROOT / "components" / script).read_text()
+        text = expanded(script)
         for path in re.findall(r'write_file "?(?:\$HOST_ROOT)?(/etc/[^" $]+)', text):
             owned = path in DRIFT_FILES or path.rsplit("/", 1)[0] in DRIFT_DIRS
             assert owned or path in secret or path in LINE_OWNED, (script, path)

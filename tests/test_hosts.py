@@ -191,7 +191,7 @@ def test_node_removal_runs_the_delete_commands(hosts):
     delete changes nothing); then its steps again, back to the converged fingerprint."""
     node = "agent-1"
     mine = [s for s in hosts.steps if s.subject == node]
-    assert {s.kind for s in mine if s.delete} == {"rke2-certificate-dates", "rke2", "membership"}
+    assert {s.kind for s in mine if s.delete} == {"rke2", "membership"}
     first = hosts.run(mine, action="delete")
     second = hosts.run(mine, action="delete")
     print(f"\nnode removal of {node}:\n{_table(first)}\nagain:\n{_table(second)}")

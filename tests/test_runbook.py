@@ -45,12 +45,12 @@ def revealed_changes(old: engine.Plan, new: engine.Plan) -> dict[str, set[str]]:
 
 
 def test_only_membership_and_rke2_steps_run_anything_when_deleted(prod_plan):
-    # Runbook 3 and 8: removal and teardown run the membership delete (drain, delete Node), the
-    # RKE2 uninstall and the removal of the certificate timer (its own files only); every other host
-    # step deletes nothing on its host.
+    # Runbook 3 and 8: removal and teardown run the membership delete (drain, delete Node) and the
+    # RKE2 step's (the certificate timer's own files, then RKE2 uninstalled); every other host step
+    # deletes nothing on its host.
     steps = prod_plan.by_type("command:remote:Command")
     with_delete = {r["name"].split("-", 2)[-1] for r in steps if "delete" in r["inputs"]}
-    assert with_delete == {"membership", "rke2", "rke2-certificate-dates"}, (
+    assert with_delete == {"membership", "rke2"}, (
         "update docs/runbook.md sections 3 and 8 (what deletes run)"
     )
 

@@ -6,9 +6,8 @@ modules-load files (live values compared with them), and the packages the host s
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-COMPONENTS = Path(__file__).resolve().parents[1]
+from components.hosts.remote import expanded
 SYSCTL_FILE = "/etc/sysctl.d/90-ml-platform.conf"
 MODULE_FILES = ("/etc/modules-load.d/ml-platform.conf", "/etc/modules-load.d/ml-platform-infiniband.conf")
 MEMLOCK_DROPIN = "/etc/systemd/system/rke2-agent.service.d/90-ml-platform-memlock.conf"
@@ -39,14 +38,9 @@ SHARED_DIRS = ("/etc/sysctl.d", "/etc/modules-load.d")
 DRIFT_DIRS = (*OWNED_DIRS, *SHARED_DIRS)
 # Files a host script edits one line of, not owns: not fingerprinted (the rest is the site's and differs per host).
 LINE_OWNED = {"/etc/hosts": "prepare-host.sh keeps one line, `127.0.1.1 <node name>`, so the node's name resolves"}
-# The host scripts that install packages (ensure_packages) and write files (write_file), by component.
-HOST_SCRIPTS = (
-    "cluster/scripts/prepare-host.sh",
-    "cluster/scripts/rke2-install.sh",
-    "cluster/scripts/rke2-certificate-watch.sh",
-    "network/scripts/infiniband-host.sh",
-    "gpu/scripts/nvme-tier1.sh",
-)
+# The host scripts of cluster nodes that install packages (ensure_packages) and write files (write_file),
+# read with what they include (the RKE2 step's certificate watch).
+HOST_SCRIPTS = ("prepare-host.sh", "rke2-install.sh", "infiniband-host.sh", "nvme-tier1.sh")
 
 
 def installed_packages() -> tuple[str, ...]:
@@ -55,7 +49,7 @@ def installed_packages() -> tuple[str, ...]:
     names: set[str] = set()
     for script in HOST_SCRIPTS:
         for match in re.finditer(
-            r"ensure_packages\s+(?:debian|rhel|\"\$OS_FAMILY\")\s+([^;\n]+)", (COMPONENTS / script).read_text()
+            r"ensure_packages\s+(?:debian|rhel|\"\$[a-zA-Z_]+\")\s+([^;\n]+)", expanded(script)
         ):
             names.update(w for w in match.group(1).split() if re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", w))
     return tuple(sorted(names))

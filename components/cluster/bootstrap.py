@@ -1,16 +1,16 @@
 """ClusterBootstrap: bare-metal hosts to an HA RKE2 cluster, over SSH, and each Node's labels and
 taints through the Kubernetes API.
 
-Per node, three host steps at create, each a separately re-runnable unit:
+Per node, two host steps at create, each a separately re-runnable unit:
   1. `<node>-prepare`    on the node: OS preparation (swap, kernel modules, sysctls, time, packages).
-  2. `<node>-rke2-certificate-dates` on the node, after 1: a systemd timer (root) that writes the
-                         expiry date of each RKE2 certificate file where the Zabbix agent reads it.
-                         Delete: stops the timer, removes its files.
-  3. `<node>-rke2`       on the node: RKE2 config, join token (stdin, 0600), install (fresh hosts
+  2. `<node>-rke2`       on the node: RKE2 config, join token (stdin, 0600), install (fresh hosts
                          only; upgrades are components/cluster/upgrades.py's Plans), start
                          without blocking, wait (bounded, journal on failure) until the node is
-                         registered, or Ready again when it was Ready before.
-                         Delete: uninstall RKE2, only from a host that still runs this node name.
+                         registered, or Ready again when it was Ready before; then the certificate
+                         watch: a systemd timer (root) that writes the expiry date of each RKE2
+                         certificate file where the Zabbix agent reads it.
+                         Delete: stops the timer and removes its files; uninstalls RKE2, only from a
+                         host that still runs this node name.
      `<name>-ca-hash`   once, on the init server after its RKE2 step: the SHA-256 of the cluster CA,
                          which pins the CA in every other node's join token.
 Then, per node, through the Kubernetes API (no SSH):
@@ -54,7 +54,6 @@ from components.cluster.config import (
     API_PORT,
     INSTALL_ANNOTATION,
     agent_stdin,
-    certificate_dates_script,
     kubeconfig_params,
     managed_labels,
     node_taints,
@@ -119,25 +118,6 @@ class ClusterBootstrap(pulumi.ComponentResource):
             )
             for node in args.nodes
         }
-
-        # Root-side dates of RKE2's certificate files (readable by root only) for the Zabbix agent:
-        # a timer, installed after preparation; it lists the files once RKE2 has written them.
-        for node in args.nodes:
-            host_script(
-                f"{node.name}-rke2-certificate-dates",
-                args.hosts[node.name],
-                "rke2-certificate-watch.sh",
-                {
-                    "ACTION": "install",
-                    "NODE_NAME": node.name,
-                    "OS_FAMILY": cluster.os_family,
-                    "DATES_SCRIPT": certificate_dates_script(),
-                },
-                delete_script="rke2-certificate-watch.sh",
-                delete_params={"ACTION": "remove", "NODE_NAME": node.name},
-                identity=[node.name, node.address],
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.prepared[node.name]]),
-            )
 
         # The init server first; then every other node once it runs and its CA hash is known. The
         # further servers keep their one-at-a-time order on the hosts (JOIN_AFTER), not in the graph.

@@ -80,7 +80,8 @@ def parse_ca_hash(stdout: str) -> str:
 
 @functools.cache
 def certificate_dates_script() -> str:
-    """What the certificate timer runs on each node (standalone: the shared helpers are not prepended)."""
+    """What the certificate watch's timer runs on each node (standalone: the shared helpers are not prepended);
+    the RKE2 step's program carries it (`# include`)."""
     return expanded("rke2-certificate-dates.sh")
 
 
@@ -276,6 +277,7 @@ def rke2_params(
         "REGISTRATION_ADDRESS": f"{cluster.api_endpoint}:{SUPERVISOR_PORT}",
         "JOIN_TIMEOUT": str(cluster.join_timeout_seconds),
         "RENAMED_FROM": node.renamed_from or "",
+        "OS_FAMILY": cluster.os_family,  # the certificate watch installs openssl with the host's package manager
         # Only when set: stacks without OIDC keep their step's trigger unchanged.
         **({"OIDC_CA_PEM": cluster.oidc.ca_pem} if node.control_plane and cluster.oidc and cluster.oidc.ca_pem else {}),
     }

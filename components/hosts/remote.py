@@ -117,14 +117,20 @@ def script_text(script: str) -> str:
 
 def expanded(script: str) -> str:
     """The host script `script` with each `# include NAME` line replaced by the file
-    `components/hosts/include/NAME`: code that several scripts share, without making it part of every
-    script (as `lib.sh` is)."""
+    `components/hosts/include/NAME` (code that several scripts share, without making it part of every
+    script, as `lib.sh` is), or else by the host script NAME of a component (a program that a step installs
+    on the host as a file of its own); not expanded further."""
 
     def include(match: re.Match[str]) -> str:
         path = INCLUDES / match.group(1)
-        if not path.is_file():
-            raise FileNotFoundError(f"{script}: `# include {match.group(1)}`: no such file {path}")
-        return path.read_text()
+        if path.is_file():
+            return path.read_text()
+        try:
+            return script_path(match.group(1)).read_text()
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"{script}: `# include {match.group(1)}`: no such file in {INCLUDES} nor a host script of that name"
+            ) from None
 
     return _INCLUDE.sub(include, script_path(script).read_text())
 

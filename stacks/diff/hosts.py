@@ -15,7 +15,7 @@ DELETE_EFFECTS = {
     "rke2-uninstall.sh": "uninstall RKE2: removes /var/lib/rancher/rke2 (etcd data, images), /etc/rancher, CNI files",
 }
 # Deletes that remove only the program's own files from the host (the certificate timer): no danger.
-OWN_FILES_ONLY = {"rke2-certificate-watch.sh"}
+OWN_FILES_ONLY = {"rke2-certificate-watch.sh"}  # the timer's own step, in stacks deployed before RKE2's took it over
 # rke2-install.sh restarts the service when the config.yaml or registries.yaml it writes change. Its
 # RKE2_VERSION is only what a fresh host installs: the upgrade Plans (components/cluster/upgrades.py) upgrade.
 RKE2_RESTART_PARAMS = ("RKE2_CONFIG", "REGISTRIES_YAML")

@@ -105,7 +105,6 @@ def test_no_ssh_session_per_node_on_the_init_server_at_create(prod_plan):
         "cluster-kubeconfig",
         "cpu-01-prepare",
         "cpu-01-rke2",
-        "cpu-01-rke2-certificate-dates",
         "upgrades-node-versions",
     ]
     membership = prod_plan.named("gpu-01-membership")["inputs"]
@@ -293,7 +292,7 @@ GPU_OUTPUTS = {"acceptance", "gpuNodes", "gpuSchedulable", "gpuTotal"}
 )
 def test_adding_or_removing_a_node_touches_only_its_own_resources(prod_plan, edit, node, side, gpu):
     result = plan_cli.diff(_doc(prod_plan), _doc(evaluate("prod", edit)))
-    own = ["labels-taints", "membership", "prepare", "rke2", "rke2-certificate-dates", "scripts", "zabbix-host"]
+    own = ["labels-taints", "membership", "prepare", "rke2", "scripts", "zabbix-host"]
     if gpu:  # its InfiniBand and NVMe steps, and its own acceptance check
         own += ["infiniband", "nvme", "acceptance-gpu"]
     # A new InfiniBand GPU node is paired for the NCCL check: with 15 before, the odd one out (gpu-15, paired

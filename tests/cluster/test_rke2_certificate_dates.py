@@ -1,6 +1,8 @@
 """The root side of the RKE2 certificate watch: rke2-certificate-dates.sh with the real openssl on a
-scratch host root laid out like RKE2's, and rke2-certificate-watch.sh (the host step) against stubbed
-system tools, its systemd units checked by the real `systemd-analyze verify`."""
+scratch host root laid out like RKE2's, and the watch the RKE2 step installs and removes
+(include/rke2-certificate-watch.sh, in rke2-install.sh and rke2-uninstall.sh) against stubbed system tools,
+its systemd units checked by the real `systemd-analyze verify`; a stack deployed while the watch was a step of
+its own moves to the RKE2 step's watch without losing it."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from components.cluster.config import certificate_dates_script
-from components.hosts.remote import script_text
+from components.hosts.remote import INCLUDES, LIB, expanded
 from tests.conftest import evaluate, stack_doc
 from tests.prerequisites import require_debian_package
 
@@ -102,12 +104,32 @@ def test_before_rke2_runs_the_list_is_empty_and_valid(tmp_path):
     assert doc["certificates"] == {} and doc["written"] > 0
 
 
+WATCH = INCLUDES / "rke2-certificate-watch.sh"
+# What a stack deployed while the watch was a step of its own (`<node>-rke2-certificate-dates`) runs once,
+# at the end of its first `up` after the RKE2 step took the watch over: that step's delete, as its state holds it.
+DEPLOYED = Path(__file__).parent / "deployed" / "rke2-certificate-watch.sh"
+
+
 def watch(root: Path, fake: Path, action: str, node: str = "cpu-01") -> subprocess.CompletedProcess:
+    """The RKE2 step's watch: installed as rke2-install.sh does at its end, removed as rke2-uninstall.sh does."""
     env = {"PATH": f"{STUBS}:{os.environ['PATH']}", "HOST_ROOT": str(root), "FAKE_DIR": str(fake)}
-    params = {"ACTION": action, "NODE_NAME": node, "OS_FAMILY": "debian", "DATES_SCRIPT": certificate_dates_script()}
+    call = {
+        "install": 'certificate_watch_install "$NODE_NAME" debian "$DATES"',
+        "remove": 'certificate_watch_remove "$NODE_NAME"',
+    }[action]
     return subprocess.run(
-        ["bash", "-c", script_text("rke2-certificate-watch.sh"), "rke2-certificate-watch.sh"],
-        env={**env, **(params if action == "install" else {"ACTION": action, "NODE_NAME": node})},
+        ["bash", "-c", f"{LIB.read_text()}\n{WATCH.read_text()}\n{call}\n", "rke2-install.sh"],
+        env={**env, "NODE_NAME": node, "DATES": certificate_dates_script()},
+        capture_output=True,
+        text=True,
+    )
+
+
+def deployed_remove(root: Path, fake: Path, node: str = "cpu-01") -> subprocess.CompletedProcess:
+    env = {"PATH": f"{STUBS}:{os.environ['PATH']}", "HOST_ROOT": str(root), "FAKE_DIR": str(fake)}
+    return subprocess.run(
+        ["bash", "-c", f"{LIB.read_text()}\n{DEPLOYED.read_text()}", "rke2-certificate-watch.sh"],
+        env={**env, "ACTION": "remove", "NODE_NAME": node},
         capture_output=True,
         text=True,
     )
@@ -161,17 +183,50 @@ def test_systemd_accepts_the_units_as_written(tmp_path):
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
 
+def test_a_stack_deployed_with_the_watch_step_keeps_its_watch(tmp_path):
+    """The first `up` after the RKE2 step took the watch over: the RKE2 step runs again (its program
+    changed) and installs the watch under its owner; then the old watch step's delete runs, as deployed,
+    and leaves that watch alone. Removing the node afterwards removes it."""
+    root, fake = tmp_path / "root", tmp_path / "fake"
+    (fake / "packages" / "openssl").mkdir(parents=True)
+    old = subprocess.run(
+        ["bash", "-c", f"{LIB.read_text()}\n{DEPLOYED.read_text()}", "rke2-certificate-watch.sh"],
+        env={"PATH": f"{STUBS}:{os.environ['PATH']}", "HOST_ROOT": str(root), "FAKE_DIR": str(fake),
+             "ACTION": "install", "NODE_NAME": "cpu-01", "OS_FAMILY": "debian",
+             "DATES_SCRIPT": certificate_dates_script()},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert old.returncode == 0, old.stderr
+    taken = watch(root, fake, "install")
+    assert taken.returncode == 0, taken.stderr
+    assert taken.stdout.splitlines() == [f"changed: wrote {root}/var/lib/ml-platform/rke2-certificates.node"]
+    program = root / "usr/local/libexec/ml-platform/rke2-certificate-dates"
+    left = deployed_remove(root, fake)
+    assert left.returncode == 0 and "left alone" in left.stderr, left.stderr
+    assert program.exists() and (root / f"{UNITS}.timer").exists() and (root / OUT).exists()
+    gone = watch(root, fake, "remove")
+    assert gone.returncode == 0, gone.stderr
+    assert not program.exists() and not (root / f"{UNITS}.timer").exists()
+
+
+def test_the_rke2_step_installs_the_watch_last_and_its_delete_removes_it_first():
+    install, uninstall = expanded("rke2-install.sh"), expanded("rke2-uninstall.sh")
+    # The timer's program travels inside the RKE2 step's program, byte for byte.
+    heredoc = install.split("cat <<'ML_PLATFORM_DATES'\n", 1)[1].split("\nML_PLATFORM_DATES\n", 1)[0]
+    assert heredoc + "\n" == certificate_dates_script()
+    assert install.rstrip().splitlines()[-2:] == [
+        'certificate_watch_install "$NODE_NAME" "$OS_FAMILY" "$(certificate_dates_program)"',
+        'echo "RKE2 $installed $RKE2_TYPE running on $NODE_NAME; node registered"',
+    ]
+    assert uninstall.index('certificate_watch_remove "$NODE_NAME"') < uninstall.index("RKE2 is not installed")
+
+
 @pytest.mark.parametrize("stack", ["prod", "lab"])
-def test_every_cluster_node_gets_the_step_after_its_preparation_only(stack):
+def test_no_node_has_a_watch_step_of_its_own(stack):
+    """Resources per node: the watch is part of each node's RKE2 step (its program and OS family there)."""
     plan = evaluate(stack)
-    steps = [r for r in plan.resources if r["name"].endswith("-rke2-certificate-dates")]
-    by_urn = plan.by_urn()
-    assert {r["name"].removesuffix("-rke2-certificate-dates") for r in steps} == {
-        n["name"] for n in stack_doc(stack)["nodes"]
-    }  # cluster nodes only: the NAS hosts run no RKE2
-    for step in steps:
-        node = step["name"].removesuffix("-rke2-certificate-dates")
-        # After its preparation, and its host's copy of the host scripts (which every step on a host waits for).
-        assert sorted(by_urn[d]["name"] for d in step["dependencies"]) == [f"{node}-prepare", f"{node}-scripts"]
-        assert "ACTION=install" in step["inputs"]["create"] and "ACTION=remove" in step["inputs"]["delete"]
-        assert step["options"]["deleteBeforeReplace"]
+    assert not [r["name"] for r in plan.resources if r["name"].endswith("-rke2-certificate-dates")]
+    rke2 = {r["name"].removesuffix("-rke2"): r for r in plan.resources if r["name"].endswith("-rke2")}
+    assert set(rke2) == {n["name"] for n in stack_doc(stack)["nodes"]}  # cluster nodes only: no NAS host
+    for step in rke2.values():
+        assert "OS_FAMILY=" in step["inputs"]["create"] and "rke2-uninstall.sh" in step["inputs"]["delete"]

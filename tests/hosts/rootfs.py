@@ -27,7 +27,7 @@ PACKAGES = (
     "e2fsprogs",
     "python3",
 )
-# What the host steps install (prepare-host.sh, infiniband-host.sh, rke2-certificate-watch.sh), downloaded
+# What the host steps install (prepare-host.sh, infiniband-host.sh, the RKE2 step's certificate watch), downloaded
 # into apt's cache of the image (not installed): the steps' apt-get still resolves, unpacks and configures
 # every package for real; only the download from the mirror is saved on each machine. The image also
 # keeps apt's package lists, as an installed host does.

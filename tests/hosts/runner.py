@@ -32,7 +32,6 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN = (
     "scripts",
     "prepare",
-    "rke2-certificate-dates",
     "nvme",
     "infiniband",
     "ceph-disks",

@@ -38,9 +38,14 @@ def test_includes_are_expanded_and_each_is_used():
         for name in re.findall(r"^# include (\S+)$", path.read_text(), re.M):
             used.setdefault(name, []).append(path.name)
             sent = expanded(path.name)
-            assert (INCLUDES / name).read_text() in sent and f"# include {name}" not in sent, path.name
-    assert sorted(used) == sorted(p.name for p in INCLUDES.iterdir()), "an include file no script uses"
+            source = INCLUDES / name if (INCLUDES / name).is_file() else script_path(name)
+            assert source.read_text() in sent and f"# include {name}" not in sent, path.name
+    shared = sorted(name for name in used if (INCLUDES / name).is_file())
+    assert shared == sorted(p.name for p in INCLUDES.iterdir()), "an include file no script uses"
     assert used["rke2-binary.sh"] == ["pre-upgrade.sh", "rke2-install.sh"]
+    assert sorted(used["rke2-certificate-watch.sh"]) == ["rke2-install.sh", "rke2-uninstall.sh"]
+    # A host script included whole: the program the RKE2 step installs for the certificate timer.
+    assert used["rke2-certificate-dates.sh"] == ["rke2-install.sh"]
 
 
 def test_host_scripts_are_found_by_a_name_unique_across_components():
@@ -54,7 +59,7 @@ def test_host_scripts_are_found_by_a_name_unique_across_components():
 def test_an_unknown_include_names_the_script_and_the_file(tmp_path, monkeypatch):
     (tmp_path / "x.sh").write_text("set -euo pipefail\n# include nowhere.sh\n")
     monkeypatch.setattr(remote, "script_path", lambda name: tmp_path / name)
-    with pytest.raises(FileNotFoundError, match=r"x.sh: `# include nowhere.sh`: no such file .*include/nowhere.sh"):
+    with pytest.raises(FileNotFoundError, match=r"x.sh: `# include nowhere.sh`: no such file in .*/include nor a host script"):
         remote.expanded("x.sh")
 
 

@@ -19,11 +19,15 @@
 # as the init server runs: a server without etcd data first waits, in order, until each server listed
 # in JOIN_AFTER ("address:6443 ...", the servers before it) answers on its API port, each within
 # JOIN_TIMEOUT. RKE2 starts a server's kube-apiserver only once that server's etcd member runs.
+# Once the node runs, the RKE2 certificate watch (a root timer listing the expiry dates of RKE2's certificate
+# files for the Zabbix agent: include/rke2-certificate-watch.sh), installed or corrected.
 # Parameters: NODE_NAME RKE2_TYPE (server|agent) RKE2_VERSION INSTALLER_URL ARTIFACT_URL
 #   INSTALL_METHOD RKE2_CONFIG OIDC_CA_PEM REGISTRIES_YAML KUBE_VIP_MANIFEST REGISTRATION_ADDRESS JOIN_TIMEOUT
-#   JOIN_AFTER RENAMED_FROM HOST_ROOT (tests only: prefix of the paths this script reads and writes)
+#   JOIN_AFTER RENAMED_FROM OS_FAMILY (debian|rhel) HOST_ROOT (tests only: prefix of the paths this script
+#   reads and writes)
 set -euo pipefail
 : "${NODE_NAME:?}" "${RKE2_TYPE:?}" "${RKE2_VERSION:?}" "${INSTALLER_URL:?}" "${INSTALL_METHOD:?}" "${RKE2_CONFIG:?}"
+: "${OS_FAMILY:?}"
 : "${ARTIFACT_URL=}" "${OIDC_CA_PEM=}" "${REGISTRIES_YAML=}" "${KUBE_VIP_MANIFEST=}" "${REGISTRATION_ADDRESS=}" "${JOIN_TIMEOUT:=900}"
 : "${RENAMED_FROM=}" "${JOIN_AFTER=}"
 umask 077
@@ -195,4 +199,13 @@ fi
 if [[ -n $REGISTRATION_ADDRESS ]]; then
   await "the registration address $REGISTRATION_ADDRESS to answer" ping_registration
 fi
+
+# include rke2-certificate-watch.sh
+# The program the watch's timer runs (components/cluster/scripts/rke2-certificate-dates.sh).
+certificate_dates_program() {
+  cat <<'ML_PLATFORM_DATES'
+# include rke2-certificate-dates.sh
+ML_PLATFORM_DATES
+}
+certificate_watch_install "$NODE_NAME" "$OS_FAMILY" "$(certificate_dates_program)"
 echo "RKE2 $installed $RKE2_TYPE running on $NODE_NAME; node registered"

@@ -6,10 +6,15 @@
 # was renamed, or the address now belongs to another node), RKE2 there is live and is left alone.
 # The etcd snapshots on a server are copied aside first, under KEEP_SNAPSHOTS_IN (outside the
 # directories RKE2's uninstall removes): removing a server never deletes the cluster's backups.
+# First the RKE2 certificate watch the RKE2 step installed (its timer, program and files), unless it belongs
+# to another node name now.
 # Parameters: NODE_NAME KEEP_SNAPSHOTS_IN HOST_ROOT (tests only: prefix of the paths it uses)
 set -euo pipefail
 : "${NODE_NAME:?}" "${KEEP_SNAPSHOTS_IN:=/var/backups/rke2-etcd-snapshots}"
 HOST_ROOT=${HOST_ROOT:-}
+
+# include rke2-certificate-watch.sh
+certificate_watch_remove "$NODE_NAME"
 
 uninstall=""
 for candidate in "$HOST_ROOT"{/usr/local/bin,/opt/rke2/bin,/usr/bin}/rke2-uninstall.sh; do
