@@ -18,7 +18,7 @@ from components.minio.tier import etcd_s3_server_config
 from settings import load
 from stacks import drift
 from tests.acceptance.busybox import BUSYBOX, busybox_bin
-from tests.conftest import ROOT, stack_doc
+from tests.conftest import stack_doc
 
 # What prepare-host.sh writes (its sysctls and modules), and the kernel's values when it has applied them.
 SYSCTLS = {

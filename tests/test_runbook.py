@@ -50,9 +50,7 @@ def test_only_membership_and_rke2_steps_run_anything_when_deleted(prod_plan):
     # deletes nothing on its host.
     steps = prod_plan.by_type("command:remote:Command")
     with_delete = {r["name"].split("-", 2)[-1] for r in steps if "delete" in r["inputs"]}
-    assert with_delete == {"membership", "rke2"}, (
-        "update docs/runbook.md sections 3 and 8 (what deletes run)"
-    )
+    assert with_delete == {"membership", "rke2"}, "update docs/runbook.md sections 3 and 8 (what deletes run)"
 
 
 def test_adding_a_node_only_adds_that_nodes_steps():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from components.hosts.remote import expanded
+
 SYSCTL_FILE = "/etc/sysctl.d/90-ml-platform.conf"
 MODULE_FILES = ("/etc/modules-load.d/ml-platform.conf", "/etc/modules-load.d/ml-platform-infiniband.conf")
 MEMLOCK_DROPIN = "/etc/systemd/system/rke2-agent.service.d/90-ml-platform-memlock.conf"
@@ -48,9 +49,7 @@ def installed_packages() -> tuple[str, ...]:
     a package absent on a host reads `absent`, compared with its peers."""
     names: set[str] = set()
     for script in HOST_SCRIPTS:
-        for match in re.finditer(
-            r"ensure_packages\s+(?:debian|rhel|\"\$[a-zA-Z_]+\")\s+([^;\n]+)", expanded(script)
-        ):
+        for match in re.finditer(r"ensure_packages\s+(?:debian|rhel|\"\$[a-zA-Z_]+\")\s+([^;\n]+)", expanded(script)):
             names.update(w for w in match.group(1).split() if re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", w))
     return tuple(sorted(names))
 

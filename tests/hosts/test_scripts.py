@@ -59,7 +59,9 @@ def test_host_scripts_are_found_by_a_name_unique_across_components():
 def test_an_unknown_include_names_the_script_and_the_file(tmp_path, monkeypatch):
     (tmp_path / "x.sh").write_text("set -euo pipefail\n# include nowhere.sh\n")
     monkeypatch.setattr(remote, "script_path", lambda name: tmp_path / name)
-    with pytest.raises(FileNotFoundError, match=r"x.sh: `# include nowhere.sh`: no such file in .*/include nor a host script"):
+    with pytest.raises(
+        FileNotFoundError, match=r"x.sh: `# include nowhere.sh`: no such file in .*/include nor a host script"
+    ):
         remote.expanded("x.sh")
 
 
