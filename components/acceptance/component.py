@@ -23,7 +23,8 @@ waiting on the old failed Job for ever (pulumi/pulumi-kubernetes#856).
 
 Where the checks run: the platform namespace `acceptance.namespace`, never a team's (a team could edit an
 object there); the check programs (static files in `checks/` beside this module; what each check runs:
-`checks.py`) are inline in each Job's pod template, which the API server does not let anyone change.
+`checks.py`) reach the pods in immutable ConfigMaps named by their SHA-256, each checked against the digest
+in the Job's pod template, which the API server does not let anyone change (`programs.py`).
 No check object outlives the `up` that created it: a Job's `activeDeadlineSeconds` counts only while the
 Job is not suspended (kubernetes.io/docs/concepts/workloads/controllers/job, "Suspending a Job": the timer
 is stopped and reset while suspended), so only the gang check goes through Kueue, in a platform queue of
@@ -42,8 +43,9 @@ import pulumi_kubernetes as k8s
 
 from components.acceptance.checks import gang_check, storage_check, zabbix_check
 from components.acceptance.drift import probe_environment
-from components.acceptance.drivers import Driven, driver_pod_spec, driver_rights
+from components.acceptance.drivers import Driven, driver_pod_spec, driver_program, driver_rights
 from components.acceptance.gpu_checks import CHECK_LABEL, gpu_node_check, nccl_check
+from components.acceptance.programs import Programs, with_program
 from components.hosts.remote import fingerprint
 from components.namespaces import platform_namespace
 from settings import NodeSettings, Settings
@@ -136,6 +138,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
         self.home = namespace.metadata.apply(lambda meta: meta.name)
         self.resource_name = name
         self._driver_rights: Optional[list[pulumi.Resource]] = None
+        self.programs = Programs(name, self.home, pulumi.ResourceOptions(parent=self, provider=args.provider))
         self.extra_deps: dict[str, list[pulumi.Resource]] = {
             f"gpu-{node}": [ready] for node, ready in args.node_ready.items()
         }
@@ -192,24 +195,21 @@ class AcceptanceChecks(pulumi.ComponentResource):
             env.append({"name": "NODE", "value": node})
         container_in = dict(containers_spec)
         script = container_in.pop("script")
-        container = {
-            **container_in,
-            # The program travels in the pod template, which no one can change once the Job exists.
-            "command": ["sh", "-c", check_program(script), script],
-            "env": [*env, *own_env],
-        }
+        # The program from its ConfigMap, checked against the digest in the pod template (programs.py).
+        program = self.programs.deliver(script, check_program(script))
         pod_spec = {
             "restartPolicy": "Never",
             # No check talks to the Kubernetes API with the pod's identity (a driver, with its own, does).
             "automountServiceAccountToken": False,
-            "containers": [container],
+            "containers": [{**container_in, "env": [*env, *own_env]}],
             **(extra or {}),
         }
-        depends_on = list(self.extra_deps.get(check_id, []))
+        pod_spec = with_program(pod_spec, program, program.command("sh", program.path))
+        depends_on = [*self.extra_deps.get(check_id, []), program.config_map]
         if driven is not None:
             driver_env = [*env[:2], {"name": "NODE", "value": node}]  # what the driver's own result line names
             pod_spec = driver_pod_spec(self, driver_env, pod_spec, driven, check.timeout_seconds)
-            depends_on += self.driver_rights()
+            depends_on += [*self.driver_rights(), self.programs.deliver("driver.py", driver_program()).config_map]
         spec: dict[str, Any] = {
             "backoffLimit": 0,
             "activeDeadlineSeconds": check.timeout_seconds,

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.acceptance.programs import with_program
+
 if TYPE_CHECKING:
     from components.acceptance.component import AcceptanceChecks
 
@@ -94,13 +96,13 @@ def driver_pod_spec(
 ) -> dict[str, Any]:
     """The Job's pod: the driver, with the worker pod spec as its parameter (in the pod template, which
     nobody can change once the Job exists). It runs preferably on a GPU node (the image is there already),
-    anywhere else when none can take it; it holds no GPU and no volume."""
+    anywhere else when none can take it; it holds no GPU and no volume but its program's (programs.py)."""
     from components.acceptance.gpu_checks import RESTRICTED, gpu_toleration  # gpu_checks imports this module
 
+    program = checks.programs.deliver("driver.py", driver_program())
     container = {
         "name": "driver",
         "image": checks.args.acceptance.gpu_image,
-        "command": ["python3", "-c", driver_program(), "driver"],
         "env": [
             *env,
             {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
@@ -117,7 +119,7 @@ def driver_pod_spec(
         "resources": DRIVER_RESOURCES,
         "securityContext": RESTRICTED,
     }
-    return {
+    spec = {
         "restartPolicy": "Never",
         "serviceAccountName": SERVICE_ACCOUNT,
         "automountServiceAccountToken": True,  # the driver's rights (above), not a team's
@@ -136,3 +138,4 @@ def driver_pod_spec(
             }
         },
     }
+    return with_program(spec, program, program.command("python3", program.path))

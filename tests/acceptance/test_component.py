@@ -3,6 +3,7 @@ platform namespace with its program inline, with requests; none can wait suspend
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -11,6 +12,7 @@ from components.acceptance.checks import GANG_PODS, VOLCANO_GROUP_ANNOTATION
 from components.acceptance.component import REPLACE_UNREADY, check_program
 from components.acceptance.drivers import CLUSTER_RULES, NAMESPACE_RULES, SERVICE_ACCOUNT, driver_program
 from components.acceptance.gpu_checks import GPU_RESOURCES, ib_pairs
+from components.acceptance.programs import MOUNT, VERIFY, VOLUME
 from components.monitoring.config import node_groups
 from components.monitoring.reader import READ_METHODS, READER
 from components.scheduling.config import MANAGED_LABEL
@@ -65,6 +67,25 @@ def test_the_preview_lists_every_check_with_its_wait_and_the_drift_probe(prod_pl
     assert "DaemonSet  ml-platform-acceptance/drift-probe: until rolled out" in section
 
 
+def delivered(plan, job: dict, pod: dict, key: str, text: str) -> list[str]:
+    """The program `key` as `pod` gets it: its immutable ConfigMap in the Job's namespace, named by its SHA-256
+    and holding exactly `text`, which the Job waits for, mounted read-only; the container's command checks the
+    file's SHA-256 before it runs it. Returns what the command then runs."""
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    (container,) = pod["containers"]
+    command = container["command"]
+    assert command[:6] == ["sh", "-c", VERIFY, key, digest, f"{MOUNT}/{key}"], command[:6]
+    volume = next(v for v in pod["volumes"] if v["name"] == VOLUME)
+    config_maps = {r["inputs"]["metadata"]["name"]: r for r in plan.by_type("kubernetes:core/v1:ConfigMap")}
+    config_map = config_maps[volume["configMap"]["name"]]
+    assert volume["configMap"]["name"] == f"acceptance-{key.rsplit('.', 1)[0]}-{digest[:10]}"
+    assert config_map["inputs"]["data"] == {key: text} and config_map["inputs"]["immutable"] is True
+    assert config_map["inputs"]["metadata"]["namespace"] == job["inputs"]["metadata"]["namespace"]
+    assert config_map["urn"] in job["dependencies"]
+    assert {"name": VOLUME, "mountPath": MOUNT, "readOnly": True} in container["volumeMounts"]
+    return command[6:]
+
+
 def test_every_check_is_a_job_replaced_when_unready_with_a_bounded_timeout_and_requests(prod_plan):
     found = jobs(prod_plan)
     gpu_nodes = [n.removeprefix("acceptance-gpu-") for n in found if n.startswith("acceptance-gpu-")]
@@ -84,11 +105,15 @@ def test_every_check_is_a_job_replaced_when_unready_with_a_bounded_timeout_and_r
         assert pod["automountServiceAccountToken"] is False, name
         if pod is not pod_spec(job):  # driven: the Job's pod is the driver, with requests too
             driver = pod_spec(job)["containers"][0]
-            assert driver["command"] == ["python3", "-c", driver_program(), "driver"], name
+            assert delivered(prod_plan, job, pod_spec(job), "driver.py", driver_program()) == [
+                "python3",
+                f"{MOUNT}/driver.py",
+            ], name
             assert {"cpu", "memory"} <= set(driver["resources"]["requests"]) and "memory" in driver["resources"][
                 "limits"
             ]
-            assert "nvidia.com/gpu" not in json.dumps(driver["resources"]) and "volumes" not in pod_spec(job)
+            assert "nvidia.com/gpu" not in json.dumps(driver["resources"])
+            assert [v["name"] for v in pod_spec(job)["volumes"]] == [VOLUME]  # its program's, nothing else
             assert driver_env(job)["DEADLINE"] == str(600 - 30), name  # the driver ends before the Job's deadline
         container = pod["containers"][0]
         # Requests on every check: none is BestEffort (a GPU check's GPUs are limits, so requests too).
@@ -96,7 +121,7 @@ def test_every_check_is_a_job_replaced_when_unready_with_a_bounded_timeout_and_r
         assert quantity_value(requests["cpu"]) > 0 and quantity_value(requests["memory"]) > 0, name
         assert "memory" in container["resources"]["limits"], name
         script = container["command"][3]
-        assert container["command"] == ["sh", "-c", check_program(script), script], name
+        assert delivered(prod_plan, job, pod, script, check_program(script)) == ["sh", f"{MOUNT}/{script}"], name
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["ADVISORY"] == "false" and env["CHECK"] == name.removeprefix("acceptance-")
     # Every check waits for the platform it exercises: the namespace's name flows into each Job (a data
@@ -377,11 +402,11 @@ def test_the_tier1_check_claims_its_nvme_in_a_worker_the_driver_deletes(prod_pla
     job = jobs(prod_plan)["acceptance-storage-tier1"]
     worker = worker_of(job)
     assert worker is not pod_spec(job)
-    [volume] = worker["volumes"]
+    [volume] = [v for v in worker["volumes"] if v["name"] != VOLUME]  # and its program's
     template = volume["ephemeral"]["volumeClaimTemplate"]["spec"]
     assert template["storageClassName"] == prod_plan.outputs["storageClasses"]["tier1"]
     assert worker["nodeSelector"] == {"ml-platform.io/role": "gpu"}
-    assert "volumes" not in pod_spec(job)  # the driver claims nothing
+    assert [v["name"] for v in pod_spec(job)["volumes"]] == [VOLUME]  # the driver claims nothing
     assert driver_env(job)["NODES"] == ""  # no GPU taken: not skipped for a busy node
     claims = prod_plan.by_type("kubernetes:core/v1:PersistentVolumeClaim")
     assert not [c for c in claims if c["inputs"]["metadata"].get("namespace") == HOME]

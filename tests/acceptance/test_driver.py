@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from components.acceptance.drivers import driver_program
+from components.acceptance.programs import MOUNT, Delivered
 from stacks import acceptance_report
 from tests.acceptance.busybox import BUSYBOX, busybox_bin, result_line
 from tests.prerequisites import require_debian_package
@@ -131,17 +132,25 @@ def run_driver(tmp_path: Path, kube: FakeKube, **env: str) -> subprocess.Complet
         server.shutdown()
 
 
-def worker_spec() -> dict:
-    """The GPU node check's worker as the plan renders it (the driver pins it and names its node)."""
+def gpu_program() -> Delivered:
     from components.acceptance.component import check_program
 
+    return Delivered(None, "gpu-node.sh", check_program("gpu-node.sh"))  # type: ignore[arg-type]  # no resource
+
+
+def worker_spec() -> dict:
+    """The GPU node check's worker as the plan renders it (the driver pins it and names its node): its program
+    from its ConfigMap, checked against its SHA-256 first."""
+    program = gpu_program()
     return {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
+        "volumes": [program.volume],
         "containers": [
             {
                 "name": "check",
-                "command": ["sh", "-c", check_program("gpu-node.sh"), "gpu-node.sh"],
+                "command": program.command("sh", program.path),
+                "volumeMounts": [program.mount],
                 "env": [
                     {"name": "CHECK", "value": "gpu-gpu-07"},
                     {"name": "ADVISORY", "value": "false"},
@@ -158,8 +167,13 @@ def worker_spec() -> dict:
 SMI = 'i=0; while [ $i -lt 8 ]; do echo "${STUB_DRIVER}"; i=$((i+1)); done\n'
 
 
-def busybox_worker(tmp_path: Path, driver_version: str = "595.91.07") -> Callable:
-    """The kubelet's part: run the created pod's container in BusyBox sh, with its env and a stub nvidia-smi."""
+def busybox_worker(tmp_path: Path, driver_version: str = "595.91.07", program: Optional[str] = None) -> Callable:
+    """The kubelet's part: run the created pod's container in BusyBox sh, with its env and a stub nvidia-smi,
+    its program's ConfigMap mounted (a folder of tmp_path in place of the mount path; `program`: other content
+    than the ConfigMap the plan names, as one deleted and created again would hold)."""
+    mounted = tmp_path / "program-volume"
+    mounted.mkdir(exist_ok=True)
+    (mounted / "gpu-node.sh").write_text(gpu_program().text if program is None else program)
     validations = tmp_path / "validations"
     validations.mkdir(exist_ok=True)
     for component in ("driver", "toolkit", "cuda", "plugin"):
@@ -173,7 +187,7 @@ def busybox_worker(tmp_path: Path, driver_version: str = "595.91.07") -> Callabl
         container = created["spec"]["containers"][0]
         env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
         env.update(PATH=f"{stubs}:{busybox_bin(tmp_path)}", VALIDATIONS=str(validations), STUB_DRIVER=driver_version)
-        command = [BUSYBOX, *container["command"]]
+        command = [BUSYBOX, *(arg.replace(MOUNT, str(mounted)) for arg in container["command"])]
         proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
         return ("Succeeded" if proc.returncode == 0 else "Failed"), proc.stdout + proc.stderr
 
@@ -235,6 +249,19 @@ def test_a_driver_version_mismatch_fails_the_check(tmp_path):
     assert result["status"] == "failed"
     assert "driver 580.95.05 runs, gpu.driver.version is 595.91.07" in result["detail"]
     assert kube.deleted == list(kube.created)  # deleted on a failure too
+
+
+def test_a_worker_whose_program_is_not_the_one_its_job_names_runs_nothing(tmp_path):
+    """The worker's ConfigMap deleted and created again with other content: the SHA-256 in the pod template
+    (which nobody can change) does not match, the program is not run, the check fails."""
+    tampered = gpu_program().text.replace("EXPECTED_GPUS", "EXPECTED_GPUZ", 1)
+    kube = FakeKube([node("gpu-07")], run_worker=busybox_worker(tmp_path, program=tampered))
+    proc = run_driver(tmp_path, kube)
+    assert proc.returncode == 1
+    assert "/gpu-node.sh does not match its SHA-256" in proc.stdout  # the worker's log, relayed
+    result = result_line(proc)  # the driver's own: the worker printed none
+    assert result["status"] == "failed" and "the worker pods printed no result" in result["detail"]
+    assert kube.deleted == list(kube.created)
 
 
 def test_a_clusterpolicy_that_never_gets_ready_fails_naming_it(tmp_path):

@@ -1,6 +1,6 @@
-"""The driver of a check that takes a node's GPUs or a local disk: it runs in the check's Job (no GPU, no volume,
-the platform's `acceptance-driver` ServiceAccount), looks at the cluster first, then runs the check itself as
-worker pods it creates, relays their result and deletes them.
+"""The driver of a check that takes a node's GPUs or a local disk: it runs in the check's Job (no GPU, no volume
+but its own program's, the platform's `acceptance-driver` ServiceAccount), looks at the cluster first, then
+runs the check itself as worker pods it creates, relays their result and deletes them.
 
 Before taking GPUs (NODES given): a node that is cordoned (`spec.unschedulable`) or whose GPUs a pod that has
 not ended holds (the `nvidia.com/gpu` requests of the pods bound to it) is skipped, with the reason; a node
