@@ -204,7 +204,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
             "containers": [{**container_in, "env": [*env, *own_env]}],
             **(extra or {}),
         }
-        pod_spec = with_program(pod_spec, program, program.command("sh", program.path))
+        pod_spec = with_program(pod_spec, program, "sh")
         depends_on = [*self.extra_deps.get(check_id, []), program.config_map]
         if driven is not None:
             driver_env = [*env[:2], {"name": "NODE", "value": node}]  # what the driver's own result line names

@@ -138,4 +138,4 @@ def driver_pod_spec(
             }
         },
     }
-    return with_program(spec, program, program.command("python3", program.path))
+    return with_program(spec, program, "python3")

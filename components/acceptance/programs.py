@@ -63,17 +63,17 @@ class Delivered:
     def mount(self) -> dict[str, Any]:
         return {"name": VOLUME, "mountPath": MOUNT, "readOnly": True}
 
-    def command(self, *run: str) -> list[str]:
-        """The container's command: the program's digest checked, then `run` (the interpreter and its file)."""
-        return ["sh", "-c", VERIFY, self.key, digest(self.text), self.path, *run]
+    def command(self, interpreter: str) -> list[str]:
+        """The container's command: the program's digest checked, then the program run by `interpreter`."""
+        return ["sh", "-c", VERIFY, self.key, digest(self.text), self.path, interpreter, self.path]
 
 
-def with_program(pod_spec: dict[str, Any], delivered: Delivered, command: list[str]) -> dict[str, Any]:
-    """`pod_spec` whose only container runs `command` from the mounted program."""
+def with_program(pod_spec: dict[str, Any], delivered: Delivered, interpreter: str) -> dict[str, Any]:
+    """`pod_spec` whose only container runs the mounted program with `interpreter`."""
     (container,) = pod_spec["containers"]
     container = {
         **container,
-        "command": command,
+        "command": delivered.command(interpreter),
         "volumeMounts": [*container.get("volumeMounts", []), delivered.mount],
     }
     return {**pod_spec, "containers": [container], "volumes": [*pod_spec.get("volumes", []), delivered.volume]}

@@ -149,7 +149,7 @@ def worker_spec() -> dict:
         "containers": [
             {
                 "name": "check",
-                "command": program.command("sh", program.path),
+                "command": program.command("sh"),
                 "volumeMounts": [program.mount],
                 "env": [
                     {"name": "CHECK", "value": "gpu-gpu-07"},
