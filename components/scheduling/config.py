@@ -29,6 +29,8 @@ TEAM_ROLE = "team-member"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 TOPOLOGY = "ib-fabric"
 COVERED_RESOURCES = ["cpu", "memory", GPU_RESOURCE]
+# Requested by pods but not Kueue's to count: the team namespaces' quota bounds it.
+UNACCOUNTED_RESOURCES = ["ephemeral-storage"]
 
 # The chart's own manager configuration (charts/kueue values.yaml at 0.19.2) that an override must keep:
 # the probe, metrics and webhook ports the chart's Deployment and Services point at, leader election.
@@ -161,9 +163,11 @@ def kueue_manager_config(sched: SchedulingSettings, unaccounted_resources: Seque
         # _resource_usage, _lending_limit, ...; apis/config/v1beta2/configuration_types.go): Zabbix reads them.
         "metrics": {**KUEUE_CHART_MANAGER_CONFIG["metrics"], "enableClusterQueueResources": True},
     }
-    if unaccounted_resources:
-        # Without this, a pod requesting `rdma/ib` is inadmissible: no ClusterQueue covers it.
-        config["resources"] = {"excludeResourcePrefixes": list(unaccounted_resources)}
+    # Resources no ClusterQueue covers make a workload that requests them inadmissible ("resource ...
+    # unavailable in ClusterQueue", Kueue 0.19.2 pkg/scheduler/flavorassigner): the namespace quota bounds
+    # ephemeral storage (every container requests some: the LimitRange's default), the RDMA device plugin's
+    # shared resource is not scarce.
+    config["resources"] = {"excludeResourcePrefixes": [*UNACCOUNTED_RESOURCES, *unaccounted_resources]}
     return config
 
 

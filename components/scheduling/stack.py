@@ -63,7 +63,13 @@ from components.scheduling.config import (
     volcano_values,
 )
 from components.scheduling.network import CILIUM_API, TenantNetwork, cilium_api_policy, team_network_policies
-from components.scheduling.tenancy import compute_quota, limit_range, owner_policy_spec, placement_policy_spec
+from components.scheduling.tenancy import (
+    compute_quota,
+    limit_range,
+    owner_policy_spec,
+    placement_policy_spec,
+    resources_policy_spec,
+)
 from settings import NodeSettings, SchedulingSettings
 from settings.cluster import Oidc
 from settings.scheduling import CPU_FLAVOR, Team
@@ -255,7 +261,7 @@ class SchedulingStack(pulumi.ComponentResource):
             k8s.core.v1.LimitRange(
                 f"{key}-limits",
                 metadata={"name": "defaults", "namespace": ns},
-                spec={"limits": [limit_range(team, args.scheduling)]},
+                spec={"limits": [limit_range(team)]},
                 opts=opts("limits"),
             )
             k8s.core.v1.ResourceQuota(
@@ -288,6 +294,13 @@ class SchedulingStack(pulumi.ComponentResource):
             f"{prefix}-owner",
             f"{team.name}-workload-owners",
             owner_policy_spec(team, groups, kueue_frameworks(args.scheduling.training_operators)),
+            {"namespaceSelector": {"matchLabels": {TEAM_LABEL: team.name}}},
+            k8s_opts,
+        )
+        self._policy(
+            f"{prefix}-resources",
+            f"{team.name}-workload-resources",
+            resources_policy_spec(team, groups),
             {"namespaceSelector": {"matchLabels": {TEAM_LABEL: team.name}}},
             k8s_opts,
         )

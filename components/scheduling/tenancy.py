@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from components.cluster.config import CONTROL_PLANE_TAINT, STORAGE_TAINT, taint_key
-from components.scheduling.config import GPU_RESOURCE, HOSTNAME_LABEL
+from components.scheduling.config import GPU_RESOURCE, HOSTNAME_LABEL, PRIORITY_CLASS_PATHS, PRIORITY_LABELLED
 from settings import NodeSettings, SchedulingSettings
 from settings.scheduling import FlavorQuota, Team, quantity_value
 
@@ -93,14 +93,21 @@ def team_ceilings(team: Team, sched: SchedulingSettings) -> dict[str, float]:
 
 
 def compute_quota(team: Team, sched: SchedulingSettings, storage_classes: Sequence[str]) -> dict[str, str]:
-    """The namespace ResourceQuota `compute`: the backstop for what bypasses Kueue. Requests only (Kueue
-    accounts requests; a quota on limits would count each container's default limit, see `limit_range`),
-    sized at the team's Kueue ceiling, so admitted work always fits and unadmitted pods cannot add to it.
-    Each of a team's namespaces gets the whole team's ceiling: Kueue may admit all of it in any one of them."""
+    """The namespace ResourceQuota `compute`: the backstop for what bypasses Kueue, sized at the team's Kueue
+    ceiling, so admitted work always fits and unadmitted pods cannot add to it. Each of a team's namespaces
+    gets the whole team's ceiling: Kueue may admit all of it in any one of them.
+
+    CPU and memory are counted twice, as requests and as limits, at the same ceiling: the team's own
+    containers declare limits equal to their requests (`resources_policy_spec`), so for the work Kueue
+    admits the two sums are the same number Kueue accounted. A quota on limits also makes the API server
+    refuse any pod of the namespace without CPU and memory limits: nothing runs uncounted."""
     ceilings = team_ceilings(team, sched)
+    cpu, memory = quantity_value_text(ceilings["cpu"]), quantity(ceilings["memory"])
     hard = {
-        "requests.cpu": quantity_value_text(ceilings["cpu"]),
-        "requests.memory": quantity(ceilings["memory"]),
+        "requests.cpu": cpu,
+        "limits.cpu": cpu,
+        "requests.memory": memory,
+        "limits.memory": memory,
         f"requests.{GPU_RESOURCE}": quantity_value_text(ceilings[GPU_RESOURCE]),
         "requests.ephemeral-storage": team.ephemeral_storage,
         "requests.storage": quantity(sum(quantity_value(v) for v in team.storage.values())),
@@ -117,19 +124,24 @@ def quantity_value_text(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{int(value * 1000)}m"
 
 
-def limit_range(team: Team, sched: SchedulingSettings) -> dict[str, Any]:
-    """Per container: default requests (no pod escapes Kueue's accounting with zero), and memory and
-    ephemeral-storage limits. The default limit must not fall below any request a container may make
-    without a limit (a 200Gi request-only training container is refused if the default limit is smaller),
-    so it is the most Kueue could admit on one flavor, which is also the `max`: a larger container could
-    never run, and is refused at once instead of waiting forever."""
-    memory = max(ceiling(team, sched, f, "memory") for f in team.quotas)
-    limits = {"memory": quantity(memory), "ephemeral-storage": team.ephemeral_storage}
+def limit_range(team: Team) -> dict[str, Any]:
+    """Per container: an ephemeral-storage request when none is set (the namespace quota counts it), and a
+    limit, by default and at most, of the team's whole ephemeral budget.
+
+    No CPU or memory defaults, on purpose. Kueue v0.19.2 fills a container's missing requests from the
+    LimitRange's `defaultRequest` *before* it copies limits into missing requests
+    (pkg/workload/resources.go `AdjustResources`), while the API server copies limits into requests first
+    (Pod defaulting) and the LimitRanger fills only what is still missing. With a `defaultRequest` (or a
+    `default` or `max`, from which the API server derives one), a container that sets only limits, say
+    96 CPUs, is charged the default, 1 CPU, by Kueue, and requests 96 when it runs
+    (kubernetes-sigs/kueue#15020, fixed after v0.19.2). Without them Kueue charges what the pod requests; the admission
+    policy requires the limits a default would have given."""
+    budget = team.ephemeral_storage
     return {
         "type": "Container",
-        "defaultRequest": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "1Gi"},
-        "default": limits,
-        "max": limits,
+        "defaultRequest": {"ephemeral-storage": "1Gi"},
+        "default": {"ephemeral-storage": budget},
+        "max": {"ephemeral-storage": budget},
     }
 
 
@@ -184,6 +196,103 @@ def owner_policy_spec(team: Team, groups: Sequence[str], frameworks: Sequence[st
                 "them; submit the workload itself",
             }
         ],
+    }
+
+
+# Where each kind a team submits holds its pod specs (PRIORITY_CLASS_PATHS less the field), and where a
+# TrainJob holds the resources of its trainer container: its other containers come from the platform's
+# runtime, and its runtime patches cannot carry resources (Trainer v2.3.0 CRD).
+POD_SPEC_PATHS = {
+    kind: [path.removesuffix("priorityClassName").removesuffix(".") for path in paths]
+    for kind, paths in PRIORITY_CLASS_PATHS.items()
+}
+TRAINER_RESOURCES = "spec.trainer.resourcesPerNode"
+COUNTED = ("cpu", "memory")
+
+
+def _declared(resources: str) -> str:
+    """CEL: `resources` (a ResourceRequirements) sets CPU and memory limits, and a request of either, if
+    set, is written as its limit (a request left out defaults to the limit)."""
+    return (
+        f"has({resources}.limits) && {_cel_list(COUNTED)}.all(k, k in {resources}.limits) && "
+        f"(!has({resources}.requests) || {_cel_list(COUNTED)}.all(k, !(k in {resources}.requests) || "
+        f"string({resources}.requests[k]) == string({resources}.limits[k])))"
+    )
+
+
+def _pod_spec_declared(spec: str) -> str:
+    return " && ".join(
+        f"(!has({spec}.{field}) || {spec}.{field}.all(c, has(c.resources) && {_declared('c.resources')}))"
+        for field in ("initContainers", "containers")
+    )
+
+
+def _at(expr: str, path: str, body: Any, depth: int = 0) -> str:
+    """CEL: `body(field)` holds for the field at `path` below `expr`, in every item of each `[]` list on
+    the way; an absent field holds."""
+    head, _, rest = path.partition(".")
+    name = head.removesuffix("[]")
+    field = f"{expr}.{name}"
+    if head.endswith("[]"):
+        item = f"i{depth}"
+        inner = body(item) if not rest else _at(item, rest, body, depth + 1)
+        return f"!has({field}) || {field}.all({item}, {inner})"
+    if not rest:
+        return f"!has({field}) || ({body(field)})"
+    return f"!has({field}) || ({_at(field, rest, body, depth)})"
+
+
+def resources_policy_spec(team: Team, groups: Sequence[str]) -> dict[str, Any]:
+    """Admission refuses a team identity's pod or workload whose containers do not declare their CPU and
+    memory limits with any request equal to them. That is what makes Kueue's accounting, the pods' real
+    requests and the namespace quota's two counts one number (see `compute_quota`, `limit_range`), and
+    it refuses at submission what would otherwise be admitted by Kueue and then refused pod by pod by the
+    quota. A RayJob that runs its submitter as a Job names the submitter's template, and SidecarMode is
+    refused: KubeRay's own submitter container (ray-operator `GetDefaultSubmitterContainer`, also what
+    SidecarMode adds to the head pod whatever the template says) requests 500m/200Mi under limits of
+    1 CPU/1Gi."""
+    rule = (
+        "every container and init container must set resources.limits.cpu and .memory, and any request of "
+        "them equal to the limit (or none: it defaults to the limit)"
+    )
+    validations = [
+        {
+            # A pod only when created: a team may label a pod an operator made with requests of its own.
+            "expression": f"request.resource.resource != '{kind}' || "
+            + ("request.operation != 'CREATE' || " if kind == "pods" else "")
+            + f"({_at('object', path, _pod_spec_declared)})",
+            "message": f"{kind} of team {team.name}, at {path.replace('[]', '[*]')}: {rule}",
+        }
+        for kind, paths in POD_SPEC_PATHS.items()
+        for path in paths
+    ]
+    trainer = "object.spec.trainer"
+    validations += [
+        {
+            "expression": f"request.resource.resource != 'trainjobs' || (has({trainer}) && "
+            f"has({trainer}.resourcesPerNode) && {_declared(f'{trainer}.resourcesPerNode')})",
+            "message": f"trainjobs of team {team.name}: {TRAINER_RESOURCES} must set limits.cpu and .memory, and any "
+            "request of them equal to the limit",
+        },
+        {
+            "expression": "request.resource.resource != 'rayjobs' || (has(object.spec.submissionMode) && "
+            "object.spec.submissionMode in ['HTTPMode', 'InteractiveMode']) || ((!has(object.spec.submissionMode) "
+            "|| object.spec.submissionMode == 'K8sJobMode') && has(object.spec.submitterPodTemplate))",
+            "message": f"rayjobs of team {team.name}: in K8sJobMode (the default) set spec.submitterPodTemplate, its "
+            "container with limits; SidecarMode is refused. KubeRay's own submitter requests 500m CPU/200Mi under "
+            "limits of 1 CPU/1Gi",
+        },
+    ]
+    return {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {"apiGroups": [group], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"], "resources": kinds}
+                for group, kinds in PRIORITY_LABELLED.items()
+            ]
+        },
+        "matchConditions": [{"name": "team-identity", "expression": team_identity(team, groups)}],
+        "validations": validations,
     }
 
 

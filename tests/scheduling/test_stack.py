@@ -21,11 +21,12 @@ from components.cluster.config import GPU_TAINT, node_labels, node_taints
 from components.scheduling.config import KUEUE_CHART_MANAGER_CONFIG, TEAM_LABEL
 from settings import load
 from settings.rules.scheduling import platform_namespaces
-from settings.scheduling import gpu_flavor_name, quantity_value
+from settings.scheduling import gpu_flavor_name
 from stacks import diff, engine
 from stacks.namespaces import platform_created
 from tests import podsecurity
 from tests.conftest import ROOT, evaluate, problems, run_plan, stack_doc, tolerates
+from tests.scheduling.admission import limit_ranged, resource_problems
 from tests.upstream import crd_schema, crd_schema_errors, spec_schema, unknown_value_paths, upstream_values
 
 KUEUE = ("kueue", "v0.19.2")
@@ -145,7 +146,7 @@ def test_kueue_manager_config_keeps_the_charts_settings_and_adds_the_platforms(p
     }
     assert ours["manageJobsWithoutQueueName"] is True
     assert ours["managedJobsNamespaceSelector"] == {"matchLabels": {"ml-platform.io/kueue-managed": "true"}}
-    assert ours["resources"] == {"excludeResourcePrefixes": ["rdma/ib"]}
+    assert ours["resources"] == {"excludeResourcePrefixes": ["ephemeral-storage", "rdma/ib"]}
 
 
 def test_wait_for_pods_ready_comes_from_settings():
@@ -405,15 +406,6 @@ def test_priority_classes_and_the_policy_that_limits_a_team_to_its_own(prod_plan
     assert "'research', 'preemptible'" in expression and "production" not in expression
 
 
-def test_limit_range_gives_defaults_so_no_pod_escapes_kueue_accounting(prod_plan):
-    ranges = [r["inputs"] for r in prod_plan.by_type("kubernetes:core/v1:LimitRange")]
-    assert {r["metadata"]["namespace"] for r in ranges} == {"llm-train", "llm-eval", "vision", "research"}
-    assert all(r["spec"]["limits"][0]["defaultRequest"]["cpu"] for r in ranges)
-    quotas = [r["inputs"]["spec"]["hard"] for r in prod_plan.by_type("kubernetes:core/v1:ResourceQuota")]
-    # The compute backstop counts requests only (Kueue accounts requests; tests/scheduling/test_tenancy.py).
-    assert quotas and all(not any(k.startswith(("limits.", "cpu", "memory")) for k in q) for q in quotas)
-
-
 # ---------------------------------------------------------------------------------------------
 # Bad input: exit 2, the field named, nothing registered
 # ---------------------------------------------------------------------------------------------
@@ -609,9 +601,11 @@ def pod_specs(doc: dict, plan: engine.Plan) -> list[dict]:
         return [trainjob_pod_spec(doc, plan)]
     if doc["kind"] == "RayJob":
         cluster = spec["rayClusterSpec"]
-        return [cluster["headGroupSpec"]["template"]["spec"]] + [
-            g["template"]["spec"] for g in cluster["workerGroupSpecs"]
-        ]
+        submitter = [spec["submitterPodTemplate"]["spec"]] if "submitterPodTemplate" in spec else []
+        return [
+            cluster["headGroupSpec"]["template"]["spec"],
+            *(g["template"]["spec"] for g in cluster["workerGroupSpecs"]),
+        ] + submitter
     return []
 
 
@@ -685,32 +679,6 @@ def test_example_fits_the_prod_teams_queues_and_gangs(name, doc, prod_plan):
 # ---------------------------------------------------------------------------------------------
 # Admission: every policy the program installs, run on the examples and on what must be refused
 # ---------------------------------------------------------------------------------------------
-
-
-def limit_ranged(container: dict, limit_range: dict) -> dict:
-    """The container's resources after the API server's defaulting (a request missing where the container
-    sets a limit takes the limit, when the pod is decoded) and then the LimitRanger admission plugin's
-    (plugin/pkg/admission/limitranger `defaultContainerResourceRequirements`: a missing limit takes
-    `default`, a missing request `defaultRequest`)."""
-    limits = dict(container.get("resources", {}).get("limits", {}))
-    requests = dict(container.get("resources", {}).get("requests", {}))
-    for resource in limits:
-        requests.setdefault(resource, limits[resource])
-    for item in limit_range["spec"]["limits"]:
-        for resource, value in item.get("default", {}).items():
-            limits.setdefault(resource, value)
-        for resource, value in item.get("defaultRequest", {}).items():
-            requests.setdefault(resource, value)
-    return {"limits": limits, "requests": requests}
-
-
-def resource_problems(resources: dict) -> list[str]:
-    """What the API server's validation refuses: a request above its limit."""
-    return [
-        f"{r}: request {resources['requests'][r]} > limit {limit}"
-        for r, limit in resources["limits"].items()
-        if r in resources["requests"] and quantity_value(str(resources["requests"][r])) > quantity_value(str(limit))
-    ]
 
 
 def policy_of(plan: engine.Plan, team: str) -> dict:
@@ -808,21 +776,6 @@ def test_a_team_without_a_priority_list_may_use_every_defined_class_only():
     assert policy_denials(policy, job, "jobsets") == []
     job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "urgent"
     assert len(policy_denials(policy, job, "jobsets")) == 1
-
-
-def test_a_request_only_pod_is_admitted_under_the_limit_range(prod_plan):
-    limit_range = next(r["inputs"] for r in prod_plan.by_type("kubernetes:core/v1:LimitRange"))
-    big = {
-        "name": "trainer",
-        "resources": {"requests": {"memory": "200Gi", "cpu": "32"}, "limits": {"nvidia.com/gpu": 8}},
-    }
-    assert resource_problems(limit_ranged(big, limit_range)) == []
-    bare = limit_ranged({"name": "c"}, limit_range)
-    assert bare["requests"] == {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "1Gi"}  # no pod escapes Kueue
-    assert bare["limits"]["memory"] and bare["limits"]["ephemeral-storage"]
-    # The emulation can refuse: a default memory limit of 2Gi (the default request) breaks it.
-    old = {"spec": {"limits": [{**limit_range["spec"]["limits"][0], "default": {"memory": "2Gi"}}]}}
-    assert resource_problems(limit_ranged(big, old)) == ["memory: request 200Gi > limit 2Gi"]
 
 
 def test_pod_security_check_refuses_what_the_standards_refuse():
