@@ -213,18 +213,27 @@ COUNTED = ("cpu", "memory")
 def _declared(resources: str) -> str:
     """CEL: `resources` (a ResourceRequirements) sets CPU and memory limits, and a request of either, if
     set, is written as its limit (a request left out defaults to the limit)."""
+    return f"has({resources}.limits) && {_cel_list(COUNTED)}.all(k, k in {resources}.limits) && {_equal(resources)}"
+
+
+def _equal(resources: str) -> str:
+    """CEL: a CPU or memory request in `resources` is written as its limit."""
     return (
-        f"has({resources}.limits) && {_cel_list(COUNTED)}.all(k, k in {resources}.limits) && "
         f"(!has({resources}.requests) || {_cel_list(COUNTED)}.all(k, !(k in {resources}.requests) || "
-        f"string({resources}.requests[k]) == string({resources}.limits[k])))"
+        f"(has({resources}.limits) && k in {resources}.limits && "
+        f"string({resources}.requests[k]) == string({resources}.limits[k]))))"
     )
 
 
 def _pod_spec_declared(spec: str) -> str:
-    return " && ".join(
+    """CEL: every container and init container declares its resources, and the pod's own resources
+    (`spec.resources`, pod-level, on by default since Kubernetes 1.34), if set, request what they limit:
+    Kueue and the quota then count the pod-level figures, and they agree."""
+    containers = [
         f"(!has({spec}.{field}) || {spec}.{field}.all(c, has(c.resources) && {_declared('c.resources')}))"
         for field in ("initContainers", "containers")
-    )
+    ]
+    return " && ".join([*containers, f"(!has({spec}.resources) || {_equal(f'{spec}.resources')})"])
 
 
 def _at(expr: str, path: str, body: Any, depth: int = 0) -> str:
@@ -253,7 +262,7 @@ def resources_policy_spec(team: Team, groups: Sequence[str]) -> dict[str, Any]:
     1 CPU/1Gi."""
     rule = (
         "every container and init container must set resources.limits.cpu and .memory, and any request of "
-        "them equal to the limit (or none: it defaults to the limit)"
+        "them equal to the limit (or none: it defaults to the limit); pod-level resources, if set, likewise"
     )
     validations = [
         {

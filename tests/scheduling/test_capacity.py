@@ -121,7 +121,7 @@ def test_the_resources_policy_admits_exactly_the_declared_shapes(shape, prod_pla
             assert found == [
                 "jobs of team research, at spec.template.spec: every container and init container must set "
                 "resources.limits.cpu and .memory, and any request of them equal to the limit (or none: it defaults "
-                "to the limit)"
+                "to the limit); pod-level resources, if set, likewise"
             ]
 
 
@@ -259,3 +259,19 @@ def test_only_the_teams_own_identities_are_held_to_it(prod_plan):
     # A team may label a pod an operator made (KubeRay's submitter: requests below limits).
     assert len(denials(spec, pod, "pods", user=CI)) == 1
     assert denials(spec, pod, "pods", operation="UPDATE", user=CI) == []
+
+
+def test_pod_level_resources_request_what_they_limit(prod_plan):
+    spec = policy(prod_plan, "research-workload-resources")
+    declared = {"limits": {"cpu": "2", "memory": "8Gi"}}
+    for pod_level, admitted in (
+        ({"limits": {"cpu": "8", "memory": "32Gi"}}, True),
+        ({"requests": {"cpu": "8"}, "limits": {"cpu": "8", "memory": "32Gi"}}, True),
+        ({"requests": {"cpu": "2"}, "limits": {"cpu": "8"}}, False),  # Kueue charges 2, the quota's limits 8
+        ({"requests": {"memory": "32Gi"}}, False),  # a request without its limit
+        ({"requests": {"nvidia.com/gpu": 1}}, True),
+    ):
+        job = _job(declared)
+        job["spec"]["template"]["spec"]["resources"] = pod_level
+        assert (denials(spec, job, "jobs", "batch", user=CI) == []) == admitted, pod_level
+
