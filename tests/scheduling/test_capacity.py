@@ -274,4 +274,3 @@ def test_pod_level_resources_request_what_they_limit(prod_plan):
         job = _job(declared)
         job["spec"]["template"]["spec"]["resources"] = pod_level
         assert (denials(spec, job, "jobs", "batch", user=CI) == []) == admitted, pod_level
-
