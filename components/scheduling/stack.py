@@ -69,6 +69,7 @@ from components.scheduling.tenancy import (
     owner_policy_spec,
     placement_policy_spec,
     resources_policy_spec,
+    services_policy_spec,
 )
 from settings import NodeSettings, SchedulingSettings
 from settings.cluster import Oidc
@@ -322,13 +323,12 @@ class SchedulingStack(pulumi.ComponentResource):
             )
 
     def _placement_policy(self) -> None:
+        teams = {"namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}}
+        opts = self._args.wiring.in_cluster.options(parent=self)
         self._policy(
-            f"{self._name}-team-placement",
-            "team-placement",
-            placement_policy_spec(self._args.nodes),
-            {"namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}},
-            self._args.wiring.in_cluster.options(parent=self),
+            f"{self._name}-team-placement", "team-placement", placement_policy_spec(self._args.nodes), teams, opts
         )
+        self._policy(f"{self._name}-team-services", "team-services", services_policy_spec(), teams, opts)
 
     def _policy(
         self, resource: str, name: str, spec: dict[str, Any], match: dict[str, Any], opts: pulumi.ResourceOptions

@@ -352,3 +352,30 @@ def placement_policy_spec(nodes: Sequence[NodeSettings]) -> dict[str, Any]:
             },
         ],
     }
+
+
+def services_policy_spec() -> dict[str, Any]:
+    """Admission refuses a Service in a team namespace that sets `spec.externalIPs`. kube-proxy (and
+    Cilium's replacement of it) sends traffic for such an address, from every pod and every node, to the
+    Service's endpoints, whoever created it (CVE-2020-8554): a team could draw the NAS's, a proxy's or an
+    upstream DNS server's traffic to its own pods, or drop it there."""
+    return {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": ["services"],
+                }
+            ]
+        },
+        "validations": [
+            {
+                "expression": "!has(object.spec.externalIPs) || size(object.spec.externalIPs) == 0",
+                "message": "a Service in a team namespace may not set spec.externalIPs: the address's traffic from "
+                "every pod and node would reach this Service (CVE-2020-8554)",
+            }
+        ],
+    }

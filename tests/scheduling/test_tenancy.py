@@ -696,6 +696,25 @@ def test_a_team_pod_cannot_be_placed_on_servers_or_storage_hosts(prod_plan):
     assert set(PLATFORM_HOST_KEYS) >= {"node-role.kubernetes.io/control-plane", "ml-platform.io/ceph-storage"}
 
 
+def test_a_team_service_cannot_capture_an_address(prod_plan):
+    """CVE-2020-8554: a Service's externalIPs take that address's traffic from every pod and node."""
+    spec = policy(prod_plan, "team-services")
+    service = {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 9000}], "selector": {"app": "x"}}}
+    assert denials(spec, service, "services") == []
+    assert denials(spec, {**service, "spec": {**service["spec"], "externalIPs": []}}, "services") == []
+    nas = load(stack_doc("prod")).nas.hosts[0].address
+    for operation in ("CREATE", "UPDATE"):
+        captured = {**service, "spec": {**service["spec"], "externalIPs": [str(nas)]}}
+        assert len(denials(spec, captured, "services", operation=operation)) == 1
+    binding = next(
+        b["inputs"]["spec"] for b in prod_plan.by_type(VAPB) if b["inputs"]["metadata"]["name"] == "team-services"
+    )
+    assert binding["validationActions"] == ["Deny"]
+    assert binding["matchResources"] == {
+        "namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}
+    }
+
+
 def test_kueue_admits_cpu_work_only_onto_tenant_nodes(prod_plan):
     """The cpu flavor's nodeLabels, which Kueue injects into every workload it admits there, select exactly the
     CPU nodes that are neither servers nor storage hosts (as the Node patch labels them)."""
