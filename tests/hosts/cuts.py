@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import random
 import re
-import shlex
-import subprocess
 import tarfile
 from pathlib import Path
 
@@ -73,9 +71,8 @@ def copy_on_twin(hosts, original: str, address: str) -> list[str]:
     with tarfile.open(source) as bundle:
         member = bundle.getmember(program)
     cut = member.offset_data + member.size // 2
-    write = f"mkdir -p {shlex.quote(str(Path(remote_path).parent))} && cat > {shlex.quote(remote_path)}"
-    part = subprocess.run(hosts.ssh.argv(address, write), input=data[:cut], capture_output=True)
-    assert part.returncode == 0, part.stderr
+    rc, err = hosts.ssh.write(address, remote_path, data[:cut])
+    assert rc == 0, (rc, err[-600:])
     rc, _, err, _, _ = hosts.ssh.run(address, first.create)
     assert rc != 0 and "is not on this host" in err, (rc, err[-600:])
     rc, out, err, seconds, _ = hosts.ssh.copy(address, source, remote_path)

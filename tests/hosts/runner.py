@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
+import shlex
 import subprocess
 import threading
 import time
@@ -258,6 +259,29 @@ class Ssh:
             err += "\n[ssh client log]\n" + "\n".join(text.splitlines()[-15:])
         authenticated = f"Authenticated to {address} " in text
         return (proc.returncode, out, err, time.monotonic() - start, killed_at), authenticated
+
+    def write(self, address: str, remote_path: str, data: bytes) -> tuple[int, str]:
+        """`data` written to `remote_path` (its directory made), as the part of a copy that an interrupted
+        session leaves. A connection that ends without the command's exit status (ssh's 255: a failed
+        dial, or a connection lost on a busy machine) writes again, up to `ssh.dialErrorLimit` times: the
+        write replaces the whole file, so a retry leaves what one write does."""
+        parent = shlex.quote(str(PurePosixPath(remote_path).parent))
+        command = f"mkdir -p {parent} && cat > {shlex.quote(remote_path)}"
+        for attempt in range(1, self.dial_limit + 1):
+            log = self.logs / f"{address}-{next(self._serial)}.log"
+            argv = self.argv(address, command)
+            proc = subprocess.run(
+                [argv[0], "-o", "LogLevel=VERBOSE", "-E", str(log), *argv[1:]], input=data, capture_output=True
+            )
+            err = proc.stderr.decode(errors="replace")
+            if proc.returncode != 255 or attempt == self.dial_limit:
+                break
+            tail = log.read_text(errors="replace").splitlines()[-3:] if log.is_file() else []
+            self.dial_failures.append(f"{address}: write {remote_path}, attempt {attempt}: {tail}")
+            time.sleep(1)
+        if proc.returncode == 255 and log.is_file():
+            err += "\n[ssh client log]\n" + "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        return proc.returncode, err
 
     def copy(self, address: str, source: str, remote_path: str) -> tuple[int, str, str, float, None]:
         """A CopyToRemote as pulumi-command v1.2.1 does it over SFTP (provider/pkg/provider/remote/
