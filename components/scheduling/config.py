@@ -4,7 +4,7 @@ RBAC subjects and the priority admission policy. Plain values, no resources: `st
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 import yaml
@@ -353,14 +353,21 @@ def priority_policy_spec(team: str, allowed: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def _absent(expr: str, path: str, depth: int = 0) -> str:
+def _absent(expr: str, path: str) -> str:
     """CEL: the field at `path` below `expr` is unset or empty, in every item of each `[]` list on the way."""
+    return holds_at(expr, path, lambda field: f"{field} == ''")
+
+
+def holds_at(expr: str, path: str, body: Callable[[str], str], depth: int = 0) -> str:
+    """CEL: `body(field)` holds for the field at `path` below `expr`, in every item of each `[]` list on
+    the way; an absent field holds."""
     head, _, rest = path.partition(".")
     name = head.removesuffix("[]")
     field = f"{expr}.{name}"
-    if not rest:
-        return f"!has({field}) || {field} == ''"
     if head.endswith("[]"):
         item = f"i{depth}"
-        return f"!has({field}) || {field}.all({item}, {_absent(item, rest, depth + 1)})"
-    return f"!has({field}) || ({_absent(field, rest, depth)})"
+        inner = body(item) if not rest else holds_at(item, rest, body, depth + 1)
+        return f"!has({field}) || {field}.all({item}, {inner})"
+    if not rest:
+        return f"!has({field}) || ({body(field)})"
+    return f"!has({field}) || ({holds_at(field, rest, body, depth)})"

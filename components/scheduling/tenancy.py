@@ -10,7 +10,13 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from components.cluster.config import CONTROL_PLANE_TAINT, STORAGE_TAINT, taint_key
-from components.scheduling.config import GPU_RESOURCE, HOSTNAME_LABEL, PRIORITY_CLASS_PATHS, PRIORITY_LABELLED
+from components.scheduling.config import (
+    GPU_RESOURCE,
+    HOSTNAME_LABEL,
+    PRIORITY_CLASS_PATHS,
+    PRIORITY_LABELLED,
+    holds_at,
+)
 from settings import NodeSettings, SchedulingSettings
 from settings.scheduling import FlavorQuota, Team, quantity_value
 
@@ -236,21 +242,6 @@ def _pod_spec_declared(spec: str) -> str:
     return " && ".join([*containers, f"(!has({spec}.resources) || {_equal(f'{spec}.resources')})"])
 
 
-def _at(expr: str, path: str, body: Any, depth: int = 0) -> str:
-    """CEL: `body(field)` holds for the field at `path` below `expr`, in every item of each `[]` list on
-    the way; an absent field holds."""
-    head, _, rest = path.partition(".")
-    name = head.removesuffix("[]")
-    field = f"{expr}.{name}"
-    if head.endswith("[]"):
-        item = f"i{depth}"
-        inner = body(item) if not rest else _at(item, rest, body, depth + 1)
-        return f"!has({field}) || {field}.all({item}, {inner})"
-    if not rest:
-        return f"!has({field}) || ({body(field)})"
-    return f"!has({field}) || ({_at(field, rest, body, depth)})"
-
-
 def resources_policy_spec(team: Team, groups: Sequence[str]) -> dict[str, Any]:
     """Admission refuses a team identity's pod or workload whose containers do not declare their CPU and
     memory limits with any request equal to them. That is what makes Kueue's accounting, the pods' real
@@ -269,7 +260,7 @@ def resources_policy_spec(team: Team, groups: Sequence[str]) -> dict[str, Any]:
             # A pod only when created: a team may label a pod an operator made with requests of its own.
             "expression": f"request.resource.resource != '{kind}' || "
             + ("request.operation != 'CREATE' || " if kind == "pods" else "")
-            + f"({_at('object', path, _pod_spec_declared)})",
+            + f"({holds_at('object', path, _pod_spec_declared)})",
             "message": f"{kind} of team {team.name}, at {path.replace('[]', '[*]')}: {rule}",
         }
         for kind, paths in POD_SPEC_PATHS.items()
