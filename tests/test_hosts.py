@@ -57,6 +57,7 @@ class Hosts:
             self.stack = inventory.write_plan(self.lab, machines.STATE)
             twins = tuple((self.lab.machines[t].address, self.lab.machines[t].host_key) for t in inventory.TWINS)
             self.ssh = runner.Ssh(machines.STATE, self.lab.key, self.stack.config_file, twins)
+            self._booted_clean()
             self._revealed = {"": inventory.revealed(self.stack.config_file, {})}
             self.steps, self.not_run = runner.steps(self.stack.plan, self.stack.config_file, self._revealed[""])
         except BaseException:
@@ -64,6 +65,18 @@ class Hosts:
             raise
         self.first: runner.Run | None = None
         self.converged: dict[str, dict] = {}
+
+    def _booted_clean(self) -> None:
+        """Every machine reached multi-user with no failed unit, as a freshly installed host does: a
+        machine that did not is named with its failed units and its boot's warnings, before any step."""
+        for machine in self.lab.all():
+            told = self.ssh.sudo(
+                machine.address,
+                'state=$(systemctl is-system-running --wait); echo "$state"; [ "$state" = running ] && exit 0; '
+                "systemctl --failed --no-legend; journalctl -b --no-pager -p warning | tail -20; exit 1",
+                timeout=120,
+            )
+            assert told.returncode == 0, f"{machine.name} did not boot clean: {told.stdout}{told.stderr[-800:]}"
 
     def stdin_of(self, step: runner.Step, results: dict[str, runner.Result]) -> str:
         """A step's secret stdin from the program, once what it is made of is known (the CA hash that

@@ -9,8 +9,10 @@ and each other.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -93,6 +95,12 @@ class Lab:
             self._boot(machine)
         for machine in self.all():
             wait_for_port(machine.address, 22, 90)
+            # Each machine's systemd in a tree of its own, no other machine's (machine_cgroups).
+            init = sh("pgrep", "-P", str(machine.pid)).stdout.split()[0]
+            groups = {line.split(":", 2)[2] for line in Path(f"/proc/{init}/cgroup").read_text().splitlines()}
+            payload = {g for g in groups if g.endswith("/payload/init.scope")}
+            own = {g for g in payload if g.startswith(f"/{PREFIX}-{machine.name}/")}
+            assert payload and own == payload, f"{machine.name}'s systemd is not in a cgroup of its own: {groups}"
 
     def _start_relay(self) -> None:
         """apt on the machines reaches the mirror through this relay (the mirror's name maps to GATEWAY)."""
@@ -149,6 +157,7 @@ class Lab:
 
     def _boot(self, machine: Machine) -> None:
         log = open(STATE / f"{machine.name}.console", "w")  # noqa: SIM115 (written until the machine stops)
+        procs = [group / "cgroup.procs" for group in machine_cgroups(machine.name)]
         command = [
             "systemd-nspawn",
             "--quiet",
@@ -162,13 +171,79 @@ class Lab:
             *[f"--bind={loop}" for loop in machine.disks.values()],
             *standins.nspawn_options(machine.root),
         ]
-        proc = subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+        # The shell moves itself into the machine's cgroups, then becomes systemd-nspawn (same pid).
+        enter = f'echo $$ | tee {" ".join(shlex.quote(str(path)) for path in procs)} >/dev/null && exec "$@"'
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", enter, "sh", *command],
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         machine.pid = proc.pid
         (STATE / f"{machine.name}.pid").write_text(str(proc.pid))
 
     def stop(self) -> None:
         self.artifacts.stop()
         cleanup()
+
+
+def _cgroup_roots() -> list[Path]:
+    """Where this process sits in the hierarchies a booted systemd manages: systemd's own (cgroup v1,
+    name=systemd) and the unified one (cgroup v2), whichever are mounted."""
+    mounts = {}
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        _, target, kind, options = line.split()[:4]
+        if kind == "cgroup2":
+            mounts.setdefault("", Path(target))
+        elif kind == "cgroup" and "name=systemd" in options.split(","):
+            mounts.setdefault("name=systemd", Path(target))
+    roots = []
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers in mounts:
+            roots.append(mounts[controllers] / path.lstrip("/"))
+    return roots
+
+
+def machine_cgroups(name: str) -> list[Path]:
+    """A cgroup of the machine's own in each hierarchy its systemd manages, made empty, as each real host
+    has its own tree. systemd-nspawn (--keep-unit) puts the machine's systemd in a `payload` cgroup below
+    the one it starts in: machines started side by side in one cgroup would share one tree, each machine's
+    systemd making, killing and removing its units' cgroups in the others' (a unit of one machine then
+    fails at step CGROUP when another removed the cgroup it was just given)."""
+    roots = _cgroup_roots()
+    if not roots:
+        raise RuntimeError(
+            "no writable cgroup hierarchy for the machines' systemd (cgroup2, or cgroup v1 name=systemd) "
+            "is mounted: mount cgroup2 on /sys/fs/cgroup"
+        )
+    groups = [root / f"{PREFIX}-{name}" for root in roots]
+    for group in groups:
+        _remove_cgroup(group)
+        group.mkdir()
+    return groups
+
+
+def _remove_cgroup(group: Path) -> None:
+    """rmdir `group` and what is below it, deepest first (a cgroup goes once its processes have ended)."""
+    if not group.is_dir():
+        return
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            for child in sorted((c for c in group.rglob("*") if c.is_dir()), key=lambda c: len(c.parts), reverse=True):
+                child.rmdir()
+            group.rmdir()
+            return
+        except OSError:  # busy: a process of the machine has not ended yet
+            if time.monotonic() > deadline:
+                raise
+            for procs in group.rglob("cgroup.procs"):
+                for pid in procs.read_text().split():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), signal.SIGKILL)
+            time.sleep(0.5)
 
 
 def wait_for_port(address: str, port: int, timeout: float) -> None:
@@ -236,3 +311,6 @@ def cleanup() -> None:
                 for mount in sorted((m for m in mounts if m.startswith(str(root))), reverse=True):
                     sh("umount", "-l", mount, check=False)
         shutil.rmtree(STATE, ignore_errors=True)
+    for root in _cgroup_roots():
+        for group in root.glob(f"{PREFIX}-*"):
+            _remove_cgroup(group)

@@ -291,15 +291,19 @@ class Ssh:
         batch = "".join(f"-mkdir {p}\n" for p in parents) + f"put {source} {remote_path}\n"
         start = time.monotonic()
         for attempt in range(1, self.dial_limit + 1):
+            # The client's messages at VERBOSE: a copy that fails says how its connection ended.
             proc = subprocess.run(
-                ["sftp", "-F", str(self.config), "-b", "-", address], input=batch, capture_output=True, text=True
+                ["sftp", "-F", str(self.config), "-o", "LogLevel=VERBOSE", "-b", "-", address],
+                input=batch,
+                capture_output=True,
+                text=True,
             )
             # sftp echoes each batch command once connected: none echoed is a failed dial, dialled again.
             if proc.returncode == 0 or "sftp>" in proc.stdout or attempt == self.dial_limit:
                 break
             self.dial_failures.append(f"{address}: dial {attempt} (sftp): {proc.stderr.strip().splitlines()[-1:]}")
             time.sleep(1)
-        return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start, None
+        return proc.returncode, proc.stdout, proc.stderr if proc.returncode else "", time.monotonic() - start, None
 
     def run_cut_when(
         self, address: str, command: str, stdin: Optional[str], condition: str, freeze: str, wait: float = 120
