@@ -207,7 +207,7 @@ def _cgroup_roots() -> list[Path]:
 
 
 def machine_cgroups(name: str) -> list[Path]:
-    """A cgroup of the machine's own in each hierarchy its systemd manages, made empty, as each real host
+    """A cgroup of the machine's own in each hierarchy its systemd manages, as each real host
     has its own tree. systemd-nspawn (--keep-unit) puts the machine's systemd in a `payload` cgroup below
     the one it starts in: machines started side by side in one cgroup would share one tree, each machine's
     systemd making, killing and removing its units' cgroups in the others' (a unit of one machine then
@@ -215,13 +215,12 @@ def machine_cgroups(name: str) -> list[Path]:
     roots = _cgroup_roots()
     if not roots:
         raise RuntimeError(
-            "no writable cgroup hierarchy for the machines' systemd (cgroup2, or cgroup v1 name=systemd) "
+            "no cgroup hierarchy for the machines' systemd (cgroup2, or cgroup v1 name=systemd) "
             "is mounted: mount cgroup2 on /sys/fs/cgroup"
         )
     groups = [root / f"{PREFIX}-{name}" for root in roots]
     for group in groups:
-        _remove_cgroup(group)
-        group.mkdir()
+        group.mkdir()  # cleanup() at the start removed an earlier run's
     return groups
 
 
