@@ -72,9 +72,10 @@ def test_adding_a_node_only_adds_that_nodes_steps():
         assert [urn.rsplit("::", 1)[1] for urn in result["changed"]] == ["acceptance-monitoring"], result
         added = {urn.rsplit("::", 1)[1] for urn in result["added"]}
         assert {f"{node['name']}-{step}" for step in ("prepare", "rke2", "membership")} <= added
-        # A second InfiniBand GPU node makes the two-node NCCL check possible: it is added with it.
+        # A second InfiniBand GPU node makes the two-node NCCL check possible: it is added with it, and the
+        # rendezvous Service that NCCL pairs share, which lab had no use for before.
         pair = "acceptance-nccl-ib-lab-gpu-lab-gpu-2"
-        enabled = {pair, f"{pair}-rendezvous"} if "infiniband" in node else set()
+        enabled = {pair, "acceptance-nccl-rendezvous"} if "infiniband" in node else set()
         assert {name for name in added if not name.startswith(node["name"] + "-")} == enabled, added
 
 

@@ -37,12 +37,16 @@ CLUSTER_RULES = [
 # Seconds left at the end of the Job for the driver to report and delete its workers.
 MARGIN = 30
 SCHEDULE_WAIT = 120
+# The headless Service under which every NCCL pair's workers get their DNS names (`<job>-<i>.nccl-rendezvous`):
+# one for all pairs, selecting the label the driver gives their workers.
+RENDEZVOUS_SERVICE = "nccl-rendezvous"
 
 
 @dataclass(frozen=True)
 class Driven:
     """How the driver runs a check: the nodes whose GPUs it takes (one worker pinned to each; none: one
-    worker where the scheduler puts it), the GPUs each worker takes, and the NCCL rendezvous Service."""
+    worker where the scheduler puts it), the GPUs each worker takes, and for an NCCL pair the workers' hostname
+    prefix (`rendezvous`: worker i is `<rendezvous>-i`) under the headless Service all pairs share."""
 
     nodes: tuple[str, ...] = ()
     gpus: int = 0
@@ -112,6 +116,7 @@ def driver_pod_spec(
             {"name": "NODES", "value": " ".join(driven.nodes)},
             {"name": "GPUS", "value": str(driven.gpus)},
             {"name": "RENDEZVOUS", "value": driven.rendezvous},
+            *([{"name": "RENDEZVOUS_SERVICE", "value": RENDEZVOUS_SERVICE}] if driven.rendezvous else []),
             {"name": "DEADLINE", "value": str(timeout - MARGIN)},
             {"name": "POLICY_WAIT", "value": str(policy_wait(timeout))},
             {"name": "SCHEDULE_WAIT", "value": str(SCHEDULE_WAIT)},

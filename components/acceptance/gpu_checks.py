@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.acceptance.drivers import Driven, policy_wait
+from components.acceptance.drivers import RENDEZVOUS_SERVICE, Driven, policy_wait
 from components.cluster.config import GPU_TAINT, taint_object
 from settings import NodeSettings
 from settings.acceptance import AcceptanceSettings
@@ -97,37 +97,39 @@ def nccl_check(checks: AcceptanceChecks) -> None:
     namespace = settings.namespace
     gpu_nodes = [n for n in checks.args.nodes if n.gpu is not None]
     ib_nodes = [n for n in gpu_nodes if n.infiniband is not None]
-    if checks.args.rdma_resource_name:
-        for first, second in ib_pairs(ib_nodes):
-            assert first.gpu is not None and second.gpu is not None
-            gpus = min(first.gpu.count, second.gpu.count)
-            check_id = f"nccl-ib-{first.name}-{second.name}"
-            job_name = f"acceptance-{check_id}"[:63].rstrip("-")
-            checks.job(
-                "gpu",
-                check_id,
-                settings.nccl,
-                namespace,
-                f"{first.name},{second.name}",
-                nccl_container(settings, gpus, settings.nccl.ib_floor_gbs, 2, f"{job_name}-0.{job_name}", checks.args),
-                extra={"tolerations": [gpu_toleration()], "volumes": NCCL_VOLUMES},
-                # Worker i on the pair's i-th node, `<job>-i.<job>` in DNS through the headless Service below.
-                driven=Driven(nodes=(first.name, second.name), gpus=gpus, rendezvous=job_name),
-            )
-            k8s.core.v1.Service(
-                f"{checks.resource_name}-{check_id}-rendezvous",
-                metadata={
-                    "name": job_name,
-                    "namespace": checks.home,
-                    "labels": {CHECK_LABEL: "check"},
-                },
-                spec={
-                    "clusterIP": "None",
-                    "selector": {"ml-platform.io/rendezvous": job_name},
-                    "ports": [{"name": "rendezvous", "port": 29500}],
-                },
-                opts=pulumi.ResourceOptions(parent=checks, provider=checks.args.provider),
-            )
+    pairs = ib_pairs(ib_nodes) if checks.args.rdma_resource_name else []
+    for first, second in pairs:
+        assert first.gpu is not None and second.gpu is not None
+        gpus = min(first.gpu.count, second.gpu.count)
+        check_id = f"nccl-ib-{first.name}-{second.name}"
+        # Its workers' hostnames `<job>-<i>` must stay DNS labels (63 characters at most).
+        job_name = f"acceptance-{check_id}"[:61].rstrip("-")
+        checks.job(
+            "gpu",
+            check_id,
+            settings.nccl,
+            namespace,
+            f"{first.name},{second.name}",
+            nccl_container(
+                settings, gpus, settings.nccl.ib_floor_gbs, 2, f"{job_name}-0.{RENDEZVOUS_SERVICE}", checks.args
+            ),
+            extra={"tolerations": [gpu_toleration()], "volumes": NCCL_VOLUMES},
+            # Worker i on the pair's i-th node, `<job>-i.nccl-rendezvous` in DNS through the Service below.
+            driven=Driven(nodes=(first.name, second.name), gpus=gpus, rendezvous=job_name),
+        )
+    if pairs:
+        # One headless Service for every pair: a pod's `<hostname>.<subdomain>` resolves through any headless
+        # Service named like its subdomain that selects it, so the pairs need no Service each.
+        k8s.core.v1.Service(
+            f"{checks.resource_name}-nccl-rendezvous",
+            metadata={"name": RENDEZVOUS_SERVICE, "namespace": checks.home, "labels": {CHECK_LABEL: "check"}},
+            spec={
+                "clusterIP": "None",
+                "selector": {"ml-platform.io/rendezvous": RENDEZVOUS_SERVICE},
+                "ports": [{"name": "rendezvous", "port": 29500}],
+            },
+            opts=pulumi.ResourceOptions(parent=checks, provider=checks.args.provider),
+        )
     multi_gpu = [n for n in gpu_nodes if n.gpu and n.gpu.count >= 2]
     if multi_gpu:
         node = multi_gpu[0]

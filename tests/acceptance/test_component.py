@@ -236,19 +236,20 @@ def test_nccl_measures_every_ib_node_in_disjoint_pairs_with_a_floor_from_the_lin
     for name, job in pairs.items():
         spec = job["inputs"]["spec"]
         assert "kueue.x-k8s.io/queue-name" not in job["inputs"]["metadata"]["labels"] and "suspend" not in spec
-        # One driver; it pins worker i to the pair's i-th node as `<job>-i` under the headless Service `<job>`,
-        # which selects the workers by their rendezvous label (the driver sets it).
+        # One driver; it pins worker i to the pair's i-th node as `<job>-i` under the headless Service
+        # `nccl-rendezvous`, which all pairs share and which selects the workers by the label the driver sets.
         assert "completions" not in spec and "parallelism" not in spec
         pair = driver_env(job)["NODES"].split()
         assert len(set(pair)) == 2 and driver_env(job)["RENDEZVOUS"] == name
-        [service] = [
-            s for s in prod_plan.by_type("kubernetes:core/v1:Service") if s["inputs"]["metadata"]["name"] == name
-        ]
-        assert service["inputs"]["spec"]["selector"] == {"ml-platform.io/rendezvous": name}
-        assert service["inputs"]["spec"]["clusterIP"] == "None"
+        assert driver_env(job)["RENDEZVOUS_SERVICE"] == "nccl-rendezvous"
         env = env_of(job)
         assert env["FLOOR_GBS"] == "40.0" and env["EXPECT_TRANSPORT"] == "NET/IB"  # 400 Gb/s / 8 x 0.8
-        assert env["MASTER"] == f"{name}-0.{name}" and env["PLATEAU_BYTES"] == "256M"
+        assert env["MASTER"] == f"{name}-0.nccl-rendezvous" and env["PLATEAU_BYTES"] == "256M"
+    # One Service for every pair (not one each).
+    [service] = [s for s in prod_plan.by_type("kubernetes:core/v1:Service") if "rendezvous" in s["name"]]
+    assert service["inputs"]["metadata"]["name"] == "nccl-rendezvous"
+    assert service["inputs"]["spec"]["clusterIP"] == "None"
+    assert service["inputs"]["spec"]["selector"] == {"ml-platform.io/rendezvous": "nccl-rendezvous"}
     faster = jobs(
         evaluate("prod", lambda raw: raw.update(acceptance={"nccl": {"ibLinkRateGbps": 800, "ibFloorFraction": 0.9}}))
     )

@@ -290,7 +290,7 @@ def test_an_nccl_pair_with_a_skipped_node_is_skipped_and_a_free_pair_gets_its_re
     pair = dict(CHECK="nccl-ib-gpu-03-gpu-07", NODE="gpu-03,gpu-07", NODES="gpu-03 gpu-07")
     rendezvous = "acceptance-nccl-ib-gpu-03-gpu-07"
     busy = FakeKube([node("gpu-03"), node("gpu-07", cordoned=True)])
-    skipped = run_driver(tmp_path, busy, **pair, RENDEZVOUS=rendezvous)
+    skipped = run_driver(tmp_path, busy, **pair, RENDEZVOUS=rendezvous, RENDEZVOUS_SERVICE="nccl-rendezvous")
     assert skipped.returncode == 0 and result_line(skipped)["status"] == "skipped"
     assert result_line(skipped)["node"] == "gpu-03,gpu-07" and "gpu-07 is cordoned" in result_line(skipped)["detail"]
     assert not busy.created
@@ -301,15 +301,16 @@ def test_an_nccl_pair_with_a_skipped_node_is_skipped_and_a_free_pair_gets_its_re
         return "Succeeded", f"ACCEPTANCE {line}\n" if index == "0" else "rank 1 done\n"
 
     free = FakeKube([node("gpu-03"), node("gpu-07")], run_worker=torchrun)
-    proc = run_driver(tmp_path, free, **pair, RENDEZVOUS=rendezvous)
+    proc = run_driver(tmp_path, free, **pair, RENDEZVOUS=rendezvous, RENDEZVOUS_SERVICE="nccl-rendezvous")
     assert proc.returncode == 0 and result_line(proc)["status"] == "passed", proc.stderr
     workers = [c["pod"] for c in free.created.values()]
     assert [(w["spec"]["hostname"], w["spec"]["subdomain"]) for w in workers] == [
-        (f"{rendezvous}-0", rendezvous),
-        (f"{rendezvous}-1", rendezvous),
+        (f"{rendezvous}-0", "nccl-rendezvous"),
+        (f"{rendezvous}-1", "nccl-rendezvous"),
     ]
     assert [w["spec"]["nodeSelector"]["kubernetes.io/hostname"] for w in workers] == ["gpu-03", "gpu-07"]
-    assert all(w["metadata"]["labels"]["ml-platform.io/rendezvous"] == rendezvous for w in workers)
+    # The label the one Service of all pairs selects.
+    assert all(w["metadata"]["labels"]["ml-platform.io/rendezvous"] == "nccl-rendezvous" for w in workers)
     assert sorted(free.deleted) == sorted(free.created)
 
 

@@ -11,15 +11,16 @@ checks are not a reason to skip (the scheduler runs them one after the other on 
 pending after SCHEDULE_WAIT seconds makes the driver look again (GPUs taken meanwhile: skipped; else it
 waits on, until the Job's time is nearly up: failed).
 With RENDEZVOUS (the NCCL pairs), worker i is pinned to the i-th node with the hostname `RENDEZVOUS-i` under
-the headless Service RENDEZVOUS; a pair with one node skipped is skipped.
+the headless Service RENDEZVOUS_SERVICE, which every pair's workers share (it selects them by the label
+`ml-platform.io/rendezvous`); a pair with one node skipped is skipped.
 
 Each worker pod is WORKER (a pod spec, JSON) with the worker's NODE and JOB_COMPLETION_INDEX, owned by this
 pod (deleted with it), bounded by the time the Job has left. Its log, with its `ACCEPTANCE` line, is printed
 here, where the report reads it. The workers are deleted at the end, whatever the result (a generic
 ephemeral volume goes with its pod: the claim on a disk ends with the check).
 
-Parameters: CHECK NODE ADVISORY NAMESPACE POD_NAME POD_UID WORKER NODES GPUS RENDEZVOUS DEADLINE
-  POLICY_WAIT SCHEDULE_WAIT RETRY_EVERY API TOKEN_FILE CA_FILE (the last three: the in-cluster defaults)
+Parameters: CHECK NODE ADVISORY NAMESPACE POD_NAME POD_UID WORKER NODES GPUS RENDEZVOUS RENDEZVOUS_SERVICE
+  DEADLINE POLICY_WAIT SCHEDULE_WAIT RETRY_EVERY API TOKEN_FILE CA_FILE (the last three: the in-cluster defaults)
 """
 
 from __future__ import annotations
@@ -152,8 +153,9 @@ def worker_pod(index: int, node: str, deadline: float) -> dict:
     if node:
         spec["nodeSelector"] = {**spec.get("nodeSelector", {}), "kubernetes.io/hostname": node}
     if rendezvous:
-        spec.update(hostname=f"{rendezvous}-{index}", subdomain=rendezvous)
-        labels["ml-platform.io/rendezvous"] = rendezvous
+        service = ENV["RENDEZVOUS_SERVICE"]
+        spec.update(hostname=f"{rendezvous}-{index}", subdomain=service)
+        labels["ml-platform.io/rendezvous"] = service
     owner = {"apiVersion": "v1", "kind": "Pod", "name": ENV["POD_NAME"], "uid": ENV["POD_UID"]}
     name = f"{ENV['POD_NAME']}"[:55].rstrip("-") + f"-w{index}"
     return {"metadata": {"name": name, "labels": labels, "ownerReferences": [owner]}, "spec": spec}
