@@ -241,15 +241,17 @@ def test_nccl_measures_every_ib_node_in_disjoint_pairs_with_a_floor_from_the_lin
         assert "completions" not in spec and "parallelism" not in spec
         pair = driver_env(job)["NODES"].split()
         assert len(set(pair)) == 2 and driver_env(job)["RENDEZVOUS"] == name
-        assert driver_env(job)["RENDEZVOUS_SERVICE"] == "nccl-rendezvous"
         env = env_of(job)
         assert env["FLOOR_GBS"] == "40.0" and env["EXPECT_TRANSPORT"] == "NET/IB"  # 400 Gb/s / 8 x 0.8
         assert env["MASTER"] == f"{name}-0.nccl-rendezvous" and env["PLATEAU_BYTES"] == "256M"
-    # One Service for every pair (not one each).
+    # One Service for every pair (not one each), named in every pair's driver.
     [service] = [s for s in prod_plan.by_type("kubernetes:core/v1:Service") if "rendezvous" in s["name"]]
-    assert service["inputs"]["metadata"]["name"] == "nccl-rendezvous"
-    assert service["inputs"]["spec"]["clusterIP"] == "None"
-    assert service["inputs"]["spec"]["selector"] == {"ml-platform.io/rendezvous": "nccl-rendezvous"}
+    assert {driver_env(job)["RENDEZVOUS_SERVICE"] for job in pairs.values()} == {service["inputs"]["metadata"]["name"]}
+    assert service["inputs"]["spec"] == {
+        "clusterIP": "None",
+        "selector": {"ml-platform.io/rendezvous": "nccl-rendezvous"},
+        "ports": [{"name": "rendezvous", "port": 29500}],
+    }
     faster = jobs(
         evaluate("prod", lambda raw: raw.update(acceptance={"nccl": {"ibLinkRateGbps": 800, "ibFloorFraction": 0.9}}))
     )
