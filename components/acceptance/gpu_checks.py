@@ -98,12 +98,27 @@ def nccl_check(checks: AcceptanceChecks) -> None:
     gpu_nodes = [n for n in checks.args.nodes if n.gpu is not None]
     ib_nodes = [n for n in gpu_nodes if n.infiniband is not None]
     pairs = ib_pairs(ib_nodes) if checks.args.rdma_resource_name else []
+    if pairs:
+        # One headless Service for every pair: a pod's `<hostname>.<subdomain>` resolves through any headless
+        # Service named like its subdomain that selects it, so the pairs need no Service each. The pairs' Jobs
+        # wait for it: their workers' DNS names exist once it does.
+        service = k8s.core.v1.Service(
+            f"{checks.resource_name}-nccl-rendezvous",
+            metadata={"name": RENDEZVOUS_SERVICE, "namespace": checks.home, "labels": {CHECK_LABEL: "check"}},
+            spec={
+                "clusterIP": "None",
+                "selector": {"ml-platform.io/rendezvous": RENDEZVOUS_SERVICE},
+                "ports": [{"name": "rendezvous", "port": 29500}],
+            },
+            opts=pulumi.ResourceOptions(parent=checks, provider=checks.args.provider),
+        )
     for first, second in pairs:
         assert first.gpu is not None and second.gpu is not None
         gpus = min(first.gpu.count, second.gpu.count)
         check_id = f"nccl-ib-{first.name}-{second.name}"
         # Its workers' hostnames `<job>-<i>` must stay DNS labels (63 characters at most).
         job_name = f"acceptance-{check_id}"[:61].rstrip("-")
+        checks.extra_deps[check_id] = [service]
         checks.job(
             "gpu",
             check_id,
@@ -114,21 +129,8 @@ def nccl_check(checks: AcceptanceChecks) -> None:
                 settings, gpus, settings.nccl.ib_floor_gbs, 2, f"{job_name}-0.{RENDEZVOUS_SERVICE}", checks.args
             ),
             extra={"tolerations": [gpu_toleration()], "volumes": NCCL_VOLUMES},
-            # Worker i on the pair's i-th node, `<job>-i.nccl-rendezvous` in DNS through the Service below.
+            # Worker i on the pair's i-th node, `<job>-i.nccl-rendezvous` in DNS through the Service above.
             driven=Driven(nodes=(first.name, second.name), gpus=gpus, rendezvous=job_name),
-        )
-    if pairs:
-        # One headless Service for every pair: a pod's `<hostname>.<subdomain>` resolves through any headless
-        # Service named like its subdomain that selects it, so the pairs need no Service each.
-        k8s.core.v1.Service(
-            f"{checks.resource_name}-nccl-rendezvous",
-            metadata={"name": RENDEZVOUS_SERVICE, "namespace": checks.home, "labels": {CHECK_LABEL: "check"}},
-            spec={
-                "clusterIP": "None",
-                "selector": {"ml-platform.io/rendezvous": RENDEZVOUS_SERVICE},
-                "ports": [{"name": "rendezvous", "port": 29500}],
-            },
-            opts=pulumi.ResourceOptions(parent=checks, provider=checks.args.provider),
         )
     multi_gpu = [n for n in gpu_nodes if n.gpu and n.gpu.count >= 2]
     if multi_gpu:

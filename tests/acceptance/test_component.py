@@ -244,9 +244,10 @@ def test_nccl_measures_every_ib_node_in_disjoint_pairs_with_a_floor_from_the_lin
         env = env_of(job)
         assert env["FLOOR_GBS"] == "40.0" and env["EXPECT_TRANSPORT"] == "NET/IB"  # 400 Gb/s / 8 x 0.8
         assert env["MASTER"] == f"{name}-0.nccl-rendezvous" and env["PLATEAU_BYTES"] == "256M"
-    # One Service for every pair (not one each), named in every pair's driver.
+    # One Service for every pair (not one each), named in every pair's driver; each pair's Job waits for it.
     [service] = [s for s in prod_plan.by_type("kubernetes:core/v1:Service") if "rendezvous" in s["name"]]
     assert {driver_env(job)["RENDEZVOUS_SERVICE"] for job in pairs.values()} == {service["inputs"]["metadata"]["name"]}
+    assert all(service["urn"] in job["dependencies"] for job in pairs.values())
     assert service["inputs"]["spec"] == {
         "clusterIP": "None",
         "selector": {"ml-platform.io/rendezvous": "nccl-rendezvous"},
