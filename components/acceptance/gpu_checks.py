@@ -116,7 +116,7 @@ def nccl_check(checks: AcceptanceChecks) -> None:
         assert first.gpu is not None and second.gpu is not None
         gpus = min(first.gpu.count, second.gpu.count)
         check_id = f"nccl-ib-{first.name}-{second.name}"
-        # Its workers' hostnames `<job>-<i>` must stay DNS labels (63 characters at most).
+        # The workers' hostname prefix: the Job's name, cut so that `<prefix>-<i>` stays a DNS label (63 at most).
         job_name = f"acceptance-{check_id}"[:61].rstrip("-")
         checks.extra_deps[check_id] = [service]
         checks.job(
