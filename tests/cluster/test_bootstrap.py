@@ -296,16 +296,14 @@ def test_adding_or_removing_a_node_touches_only_its_own_resources(prod_plan, edi
     if gpu:  # its InfiniBand and NVMe steps, and its own acceptance check
         own += ["infiniband", "nvme", "acceptance-gpu"]
     # A new InfiniBand GPU node is paired for the NCCL check: with 15 before, the odd one out (gpu-15, paired
-    # with gpu-01) now pairs with it.
+    # with gpu-01) now pairs with it. All pairs share one rendezvous Service: it stays as it is.
     pairs = (
         {"added": ["acceptance-nccl-ib-gpu-15-gpu-16"], "removed": ["acceptance-nccl-ib-gpu-15-gpu-01"]} if gpu else {}
     )
-    # All pairs share one rendezvous Service: it stays as it is.
-    repaired = pairs
-    own_names = [f"{node}-{suffix}" for suffix in own] + repaired.get(side, [])
+    own_names = [f"{node}-{suffix}" for suffix in own] + pairs.get(side, [])
     assert sorted(u.rsplit("::", 1)[1] for u in result[side]) == sorted(own_names)
     other = "removed" if side == "added" else "added"
-    assert sorted(u.rsplit("::", 1)[1] for u in result[other]) == sorted(repaired.get(other, []))
+    assert sorted(u.rsplit("::", 1)[1] for u in result[other]) == sorted(pairs.get(other, []))
     # Beyond the node's own resources, only the monitoring check runs again: it proves every host in
     # the inventory (the new one included, the removed one no longer) reports to Zabbix.
     assert {u.rsplit("::", 1)[1]: paths for u, paths in result["changed"].items()} == {
