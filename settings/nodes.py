@@ -77,6 +77,9 @@ class OsdDevice(Model):
     }
 
 
+# The group of a node that names none (the `single` layout's default: one group).
+DEFAULT_GROUP = "nodes"
+
 # Node labels of the InfiniBand topology (`topology`); Kueue's Topology lists them as its levels.
 TOPOLOGY_LABELS = {"block": "ml-platform.io/ib-block", "rack": "ml-platform.io/ib-rack"}
 
@@ -122,6 +125,10 @@ class NodeSettings(Model):
     whose RKE2 runs under another node name (docs/runbook.md, section 15)."""
     topology: Optional[Topology] = None
     """InfiniBand block and rack; become node labels and a Kueue Topology"""
+    group: Optional[Name] = None
+    """The node group (about 64 nodes, aligned to racks) that holds the node's aggregates: its Zabbix host set and
+    acceptance driver, and in the `layered` layout its stack (`<env>-nodes-<group>`). Unset: the group `nodes`
+    (required with `layout: layered`: a node never changes group implicitly)."""
 
     CHANGES: ClassVar = {
         "name": replaces(
@@ -149,6 +156,10 @@ class NodeSettings(Model):
         "labels": rerender("the node's labels"),
         "renamed_from": none("read by the RKE2 step of a renamed node"),
         "topology": rerender("the node's topology labels and the Kueue Topology"),
+        "group": rerender(
+            "which group's Zabbix host set and acceptance driver hold the node; with `layout: layered` its resources "
+            "move to another stack (`python -m stacks.orchestrate migrate`, docs/cluster.md)"
+        ),
     }
 
     @model_validator(mode="after")
@@ -166,6 +177,11 @@ class NodeSettings(Model):
     @property
     def storage_host(self) -> bool:
         return bool(self.osd_devices)
+
+    @property
+    def group_name(self) -> str:
+        """The node's group: `group`, or `nodes` when unset."""
+        return self.group or DEFAULT_GROUP
 
 
 class NasDrive(Model):

@@ -10,7 +10,7 @@ runs the models and the rules together.
 
 from __future__ import annotations
 
-from typing import ClassVar, Optional
+from typing import ClassVar, Literal, Optional
 
 import pulumi
 from pydantic import Field
@@ -18,7 +18,7 @@ from pydantic import Field
 from settings.acceptance import AcceptanceSettings
 from settings.charts import Charts
 from settings.cluster import ClusterSettings, SshSettings
-from settings.declare import destroys_on_decrease
+from settings.declare import destroys_on_decrease, none
 from settings.gpu import GpuSettings
 from settings.monitoring import MonitoringSettings
 from settings.network import NetworkSettings
@@ -73,6 +73,10 @@ class Settings(Model):
     """Every Helm chart at a pinned version, each repository overridable for a mirror."""
     acceptance: AcceptanceSettings
     """The acceptance checks every `up` ends with, and the drift probe."""
+    layout: Literal["single", "layered"] = "single"
+    """`single`: one stack and a plain `pulumi up` (small and mid-size sites). `layered`: `<env>-cluster`, one
+    `<env>-nodes-<group>` per node group (in parallel), then `<env>-platform`, run by `python -m stacks.orchestrate`
+    (docs/cluster.md, Running a fleet)."""
 
     CHANGES: ClassVar = {
         "nodes": destroys_on_decrease(
@@ -80,7 +84,19 @@ class Settings(Model):
             "member too, for a server); its tier-1 local volumes are lost",
             by="hosts",
         ),
+        "layout": none(
+            "which stack holds each resource; switching a deployed environment moves state first "
+            "(`python -m stacks.orchestrate migrate`, docs/runbook.md)"
+        ),
     }
+
+    @property
+    def node_groups(self) -> dict[str, list[NodeSettings]]:
+        """Group name -> its nodes (inventory order), groups in name order."""
+        groups: dict[str, list[NodeSettings]] = {}
+        for node in self.nodes:
+            groups.setdefault(node.group_name, []).append(node)
+        return dict(sorted(groups.items()))
 
     @property
     def servers(self) -> list[NodeSettings]:

@@ -137,6 +137,38 @@ def _topology_problems(s: Settings, add) -> None:
             )
 
 
+# Node groups of "about 64 nodes": a stack of this many nodes previews and saves its state in seconds
+# (docs/benchmarks.md); past it a group is two groups.
+MAX_GROUP_NODES = 128
+
+
+def _group_problems(s: Settings, add) -> None:
+    groups = s.node_groups
+    for name, members in groups.items():
+        if len(members) > MAX_GROUP_NODES:
+            add(
+                f"nodes: group {name!r} has {len(members)} nodes, more than {MAX_GROUP_NODES}; split it (by rack) "
+                "into groups of about 64 with each node's `group`"
+            )
+    if s.layout == "layered":
+        for i, node in enumerate(s.nodes):
+            if node.group is None:
+                add(
+                    f"nodes[{i}].group: node {node.name!r} names no group; with layout: layered every node names its "
+                    "group (its stack is <env>-nodes-<group>), e.g. the rack it sits in"
+                )
+    racks: dict[str, set[str]] = {}
+    for node in s.nodes:
+        if node.topology is not None:
+            racks.setdefault(node.topology.rack, set()).add(node.group_name)
+    for rack, names in sorted(racks.items()):
+        if len(names) > 1:
+            add(
+                f"nodes: rack {rack!r} is split over groups {', '.join(sorted(names))}; node groups are aligned to "
+                "racks (a rack's nodes share a leaf switch and a maintenance window): give its nodes one group"
+            )
+
+
 def host_warnings(s: Settings) -> list[str]:
     """Devices named by kernel name that the program will not format or wipe: worth a look, not a refusal."""
     warnings: list[str] = []
@@ -191,4 +223,5 @@ RULES = (
     rule(_topology_problems, "the GPU nodes' InfiniBand topology", "nodes"),
     rule(_host_key_problems, "pinned host keys", "ssh nodes nas"),
     rule(_label_problems, "node labels under reserved prefixes", "nodes"),
+    rule(_group_problems, "node groups: size, rack alignment, declared with layout: layered", "nodes layout"),
 )
