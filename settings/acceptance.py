@@ -8,11 +8,12 @@ raised; an `up` with unchanged settings re-runs nothing.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Optional
 
 from pydantic import Field, model_validator
 
 from settings.declare import replaces, rerender, restarts
+from settings.hardware import IB_WIDTHS, IbGenerationName, floor, gpu_model, ib_port_gbps
 from settings.types import Image, Model, Namespace
 
 # Images. Neither publisher lists a digest we can cite, so both are pinned by tag (docs/acceptance.md).
@@ -41,13 +42,23 @@ class Check(Model):
 
 
 class NcclCheck(Check):
-    ib_link_rate_gbps: int = Field(default=400, ge=10)
-    """Line rate of one GPU node's InfiniBand link(s) in Gb/s, all ports together (NDR: 400 per port)."""
+    ib_generation: IbGenerationName = "NDR"
+    """InfiniBand speed the GPU nodes' ports train at (settings/hardware.py: SDR to XDR). The check reads each port's
+    trained rate from the HCA (`/sys/class/infiniband/*/ports/*/rate`) and fails a port below it."""
+    ib_port_width: int = Field(default=4)
+    """Lanes per port (1, 2, 4, 8 or 12; a ConnectX port is 4X)."""
+    ib_ports: int = Field(default=1, ge=1, le=16)
+    """Active InfiniBand ports per GPU node the pair check's traffic may use."""
     ib_floor_fraction: float = Field(default=0.8, gt=0, le=1)
-    """The two-node all-reduce passes at this fraction of the link rate (bus bandwidth, GB/s = rate / 8 x fraction);
-    nccl-tests reaches about 0.9 on a healthy fabric."""
-    nvlink_floor_gbs: float = Field(default=100.0, gt=0)
-    """The single-node (NVLink) all-reduce passes at this bus bandwidth in GB/s."""
+    """The two-node all-reduce (NCCL_ALGO=Ring) passes at this fraction of the ports' physical rate (bus bandwidth,
+    GB/s = rate / 8 x fraction); nccl-tests reaches about 0.9 on a healthy fabric."""
+    nvlink_floor_fraction: float = Field(default=0.7, gt=0, le=1)
+    """The single-node all-reduce (NCCL_ALGO=Ring) passes at this fraction of the GPU model's per-direction
+    GPU-to-GPU rate from the hardware table (H100 SXM: 450 GB/s, so 315 GB/s; a healthy 8x H100 reaches about 370
+    with Ring, nccl-tests#212)."""
+    nvlink_every_runs: int = Field(default=4, ge=1, le=100)
+    """Every GPU node's NVLink check must have run within this many runs (`run` values): a node busy that often is
+    reported `not checked` by the report."""
     message_size: str = Field(default="1G", pattern=r"^[0-9]+[KMG]$")
     """Largest message of the all-reduce sweep (nccl-tests -e)."""
     plateau_from: str = Field(default="256M", pattern=r"^[0-9]+[KMG]$")
@@ -61,20 +72,46 @@ class NcclCheck(Check):
                 f"plateauFrom ({self.plateau_from}) is larger than messageSize ({self.message_size}): "
                 "the plateau must lie within the sweep; lower plateauFrom or raise messageSize"
             )
+        if self.ib_port_width not in IB_WIDTHS:
+            raise ValueError(
+                f"ibPortWidth: {self.ib_port_width} is not an InfiniBand link width; give one of "
+                f"{', '.join(map(str, IB_WIDTHS))} (4 for a ConnectX port)"
+            )
         return self
 
     CHANGES: ClassVar = {
-        "ib_link_rate_gbps": rerender("the check's Job (it runs again)"),
+        "ib_generation": rerender("the check's Job (it runs again)"),
+        "ib_port_width": rerender("the check's Job (it runs again)"),
+        "ib_ports": rerender("the check's Job (it runs again)"),
         "ib_floor_fraction": rerender("the check's Job (it runs again)"),
-        "nvlink_floor_gbs": rerender("the check's Job (it runs again)"),
+        "nvlink_floor_fraction": rerender("the check's Job (it runs again)"),
+        "nvlink_every_runs": rerender("the report's verdict on nodes whose NVLink check is older"),
         "plateau_from": rerender("the check's Job (it runs again)"),
         "message_size": rerender("the check's Job (it runs again)"),
     }
 
     @property
+    def ib_port_gbps(self) -> float:
+        """One port's physical rate (Gb/s) from the hardware table."""
+        return ib_port_gbps(self.ib_generation, self.ib_port_width)
+
+    @property
+    def ib_link_rate_gbps(self) -> float:
+        """All ports of one GPU node together, Gb/s."""
+        return self.ib_port_gbps * self.ib_ports
+
+    @property
     def ib_floor_gbs(self) -> float:
-        """The two-node floor in GB/s, derived from the link rate."""
-        return round(self.ib_link_rate_gbps / 8 * self.ib_floor_fraction, 1)
+        """The two-node floor in GB/s: a fraction of the physical rate."""
+        return floor(self.ib_link_rate_gbps / 8, self.ib_floor_fraction, "acceptance.nccl.ibFloorFraction")
+
+    def nvlink_floor_gbs(self, model: str) -> Optional[float]:
+        """The single-node floor in GB/s for a GPU model; None when the table has no row for it (the check then
+        reports `unverified`)."""
+        row = gpu_model(model)
+        if row is None:
+            return None
+        return floor(row.peer_gbs_per_direction, self.nvlink_floor_fraction, "acceptance.nccl.nvlinkFloorFraction")
 
 
 def size_bytes(size: str) -> int:

@@ -5,7 +5,7 @@ pod spec built here as worker pods pinned to the nodes."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -142,7 +142,9 @@ def nccl_check(checks: AcceptanceChecks) -> None:
             settings.nccl,
             namespace,
             node.name,
-            nccl_container(settings, node.gpu.count, settings.nccl.nvlink_floor_gbs, 1, "", checks.args),
+            nccl_container(
+                settings, node.gpu.count, settings.nccl.nvlink_floor_gbs(node.gpu.model), 1, "", checks.args
+            ),
             extra={"tolerations": [gpu_toleration()], "volumes": NCCL_VOLUMES},
             driven=Driven(nodes=(node.name,), gpus=node.gpu.count),
         )
@@ -154,7 +156,7 @@ def gpu_toleration() -> dict[str, str]:
 
 
 def nccl_container(
-    settings: AcceptanceSettings, gpus: int, floor: float, nodes: int, master: str, args: AcceptanceChecksArgs
+    settings: AcceptanceSettings, gpus: int, floor: Optional[float], nodes: int, master: str, args: AcceptanceChecksArgs
 ) -> dict[str, Any]:
     limits = {**GPU_RESOURCES["nccl"]["limits"], "nvidia.com/gpu": str(gpus)}
     if nodes > 1 and args.rdma_resource_name:
@@ -164,7 +166,7 @@ def nccl_container(
         "image": settings.gpu_image,
         "script": "nccl.sh",
         "env": [
-            {"name": "FLOOR_GBS", "value": str(floor)},
+            {"name": "FLOOR_GBS", "value": "" if floor is None else str(floor)},
             {"name": "NPROC", "value": str(gpus)},
             {"name": "NNODES", "value": str(nodes)},
             {"name": "MASTER", "value": master},

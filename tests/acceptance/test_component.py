@@ -254,7 +254,7 @@ def test_nccl_measures_every_ib_node_in_disjoint_pairs_with_a_floor_from_the_lin
         "ports": [{"name": "rendezvous", "port": 29500}],
     }
     faster = jobs(
-        evaluate("prod", lambda raw: raw.update(acceptance={"nccl": {"ibLinkRateGbps": 800, "ibFloorFraction": 0.9}}))
+        evaluate("prod", lambda raw: raw.update(acceptance={"nccl": {"ibGeneration": "XDR", "ibFloorFraction": 0.9}}))
     )
     assert {env_of(j)["FLOOR_GBS"] for n, j in faster.items() if n.startswith("acceptance-nccl-ib-")} == {"90.0"}
 
