@@ -18,6 +18,7 @@ from settings.declare import (
     replaces,
     rerender,
     restarts,
+    restricts,
 )
 from settings.types import Cron, Host, HostKey, Image, Model, Name, Port, Rke2Version, Url
 
@@ -296,12 +297,15 @@ class Oidc(Model):
         "client_id": rke2_restart(": kube-apiserver's --oidc flags", "servers"),
         "username_claim": rke2_restart(": kube-apiserver's --oidc flags", "servers"),
         "groups_claim": rke2_restart(": kube-apiserver's --oidc flags", "servers"),
-        "username_prefix": rke2_restart(
-            "; every OIDC user name changes: RoleBindings naming the old ones stop matching", "servers"
+        "username_prefix": restricts(
+            "every OIDC user name changes (kube-apiserver restarts on the servers): bindings naming the old names stop "
+            "matching",
+            narrows="any",
         ),
-        "groups_prefix": rke2_restart(
-            "; every OIDC group changes: team RoleBindings are re-rendered with the new prefix",
-            "servers",
+        "groups_prefix": restricts(
+            "every OIDC group changes (kube-apiserver restarts on the servers): until the team RoleBindings carry the "
+            "new prefix, tokens match none of them",
+            narrows="any",
         ),
         "ca_pem": rke2_restart(": kube-apiserver's --oidc-ca-file", "servers"),
     }

@@ -52,7 +52,13 @@ def Uses(kind: ClaimKind, network: str = "", scope: str = "cluster") -> Claim:  
     return Claim(kind, network, scope, owns=False)
 
 
-Kind = Literal["none", "re-render", "restart", "replace", "destroys-on-decrease", "rebuilds-cluster", "refused"]
+Kind = Literal[
+    "none", "re-render", "restart", "replace", "destroys-on-decrease", "restricts", "rebuilds-cluster", "refused"
+]
+# How a restricting field narrows (`restricts(..., narrows=...)`): `decrease` (a list loses items, a switch goes off, a
+# number or quantity goes down), `increase` (the reverse), `any` (every change narrows for someone: a prefix), or an
+# order of values from widest to narrowest (`baseline<restricted`).
+Narrows = str
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,7 @@ class Change:
     nodes: str = ""
     data_lost: bool = False
     worded_by: str = ""
+    narrows: Narrows = ""
 
     @property
     def danger(self) -> bool:
@@ -86,6 +93,8 @@ class Change:
             return f"replaces {self.what}{lost}"
         if self.kind == "destroys-on-decrease":
             return f"lowering it destroys: {self.what}"
+        if self.kind == "restricts":
+            return f"RESTRICTS: {self.what}"
         if self.kind == "rebuilds-cluster":
             return f"cannot change on a running cluster: {self.what}"
         return f"refused: {self.what}"
@@ -113,6 +122,12 @@ def replaces(what: str, data_lost: bool = False, by: str = "") -> Change:
 
 def destroys_on_decrease(what: str, by: str = "") -> Change:
     return Change("destroys-on-decrease", what, worded_by=by)
+
+
+def restricts(stops: str, narrows: Narrows = "decrease", by: str = "") -> Change:
+    """A field that narrows who or what may run (egress, Pod Security, priority classes, group prefixes, where team
+    pods land): `stops` says what stops working for whom when it narrows; `narrows` which way narrows."""
+    return Change("restricts", stops, worded_by=by, narrows=narrows)
 
 
 def rebuilds_cluster(what: str, by: str = "") -> Change:

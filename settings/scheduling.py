@@ -12,8 +12,9 @@ from typing import Annotated, ClassVar, Literal, Optional
 
 from pydantic import AfterValidator, Field
 
-from settings.declare import Claim, destroys_on_decrease, none, replaces, rerender, restarts
-from settings.types import IPv4Network, Model, Name, Namespace
+from settings.declare import Claim, destroys_on_decrease, none, replaces, rerender, restarts, restricts
+from settings.quantities import parse_quantity
+from settings.types import ByteSize, IPv4Network, Model, Name, Namespace
 
 CPU_FLAVOR = "cpu"
 
@@ -23,30 +24,9 @@ def gpu_flavor_name(model: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")[:63].rstrip("-")
 
 
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$")
-
-
-_SUFFIX = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
-_SUFFIX.update({"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50})
-
-
 def quantity_value(value: str) -> float:
-    """A validated quantity as a number (bytes for memory), to compare two of them."""
-    match = _QUANTITY.match(value)
-    if match is None:
-        raise ValueError(f"{value!r} is not a Kubernetes quantity")
-    suffix = match.group(2)
-    return float(value[: len(value) - len(suffix or "")]) * (_SUFFIX[suffix] if suffix else 1)
-
-
-def _quantity(value: str) -> str:
-    """A Kubernetes quantity: a number with an optional unit (`m`, `k`, `M`, `G`, `T`, `P`, `Ki` ... `Pi`)."""
-    if not _QUANTITY.match(value):
-        raise ValueError(f"{value!r} is not a Kubernetes quantity; write e.g. '512Gi', '2Ti' or '64'")
-    return value
-
-
-Quantity = Annotated[str, AfterValidator(_quantity)]
+    """A validated quantity as a number (bytes for memory), to compare two of them (`settings.quantities`)."""
+    return float(parse_quantity(value))
 
 
 def _groups_prefix(value: str) -> str:
@@ -63,7 +43,7 @@ class ResourceLimit(Model):
     """`nvidia.com/gpu` (time-sliced replicas count)"""
     cpu: Optional[int] = Field(default=None, ge=0)
     """CPU cores"""
-    memory: Optional[Quantity] = None
+    memory: Optional[ByteSize] = None
     """memory quantity, e.g. `512Gi`"""
 
     CHANGES: ClassVar = {
@@ -80,7 +60,7 @@ class FlavorQuota(Model):
     """nominal `nvidia.com/gpu` on this flavor (time-sliced replicas when time-slicing is on); 0 on the `cpu` flavor"""
     cpu: int = Field(ge=0)
     """nominal CPU cores on this flavor's nodes"""
-    memory: Quantity
+    memory: ByteSize
     """nominal memory on this flavor's nodes, e.g. `2Ti`"""
     borrowing_limit: Optional[ResourceLimit] = None
     """at most this much above nominal may be borrowed from the cohort (unset: no limit; needs `scheduling.cohort`)"""
@@ -117,10 +97,10 @@ class Team(Model):
     rdma: bool = False
     """the team runs RDMA pods: `baseline` (they request the RDMA device plugin's resource and pin memory under the
     hosts' unlimited memlock limit, without IPC_LOCK)"""
-    storage: dict[Name, Quantity] = {}
+    storage: dict[Name, ByteSize] = {}
     """requested storage the team may claim per StorageClass, e.g. `{tier2-shared: 50Ti}`; a platform class not listed
     here gets 0 (the namespace quota refuses its claims)"""
-    ephemeral_storage: Quantity = "1Ti"
+    ephemeral_storage: ByteSize = "1Ti"
     """requested ephemeral storage (container writable layers, emptyDir, logs) of all the team's pods in one namespace
     (Kueue does not account it: this namespace quota is its only limit)"""
     egress_cidrs: list[IPv4Network] = []
@@ -137,17 +117,25 @@ class Team(Model):
             "a namespace taken off the list leaves the team (role bindings, queue); the namespace itself is kept with "
             "its objects (retainOnDelete)"
         ),
-        "groups": rerender("the team's RoleBindings"),
+        "groups": restricts("members of a group taken off lose the team's role in its namespaces (RoleBindings)"),
         "quotas": destroys_on_decrease("a flavor taken off: workloads admitted on it may be evicted"),
         "fair_sharing_weight": rerender("the ClusterQueue's weight"),
-        "pod_security": rerender("the namespaces' Pod Security labels (running pods stay; new ones are judged)"),
-        "priority_classes": rerender("the team's admission policy"),
+        "pod_security": restricts(
+            "pods the tighter level forbids are refused when next created (running pods stay; a restarted or "
+            "rescheduled one fails)",
+            narrows="baseline<restricted",
+        ),
+        "priority_classes": restricts(
+            "the team's jobs naming a class no longer allowed are refused at admission", narrows="allowlist"
+        ),
         "rdma": rerender("the namespaces' Pod Security level"),
         "storage": destroys_on_decrease(
             "the namespaces' storage quota: new claims beyond it are refused (existing claims are kept)"
         ),
         "ephemeral_storage": rerender("the namespaces' ResourceQuota and LimitRange"),
-        "egress_cidrs": rerender("the team's egress NetworkPolicy (connections to a range taken off are cut)"),
+        "egress_cidrs": restricts(
+            "the team's pods lose the ranges taken off (egress NetworkPolicy): open connections to them are cut"
+        ),
     }
 
     def extra_claims(self) -> list[tuple[Claim, str, str]]:
@@ -175,7 +163,9 @@ class PriorityClass(Model):
 
     CHANGES: ClassVar = {
         "name": replaces("the WorkloadPriorityClass (jobs naming the old one are refused)"),
-        "value": rerender("the WorkloadPriorityClass"),
+        "value": restricts(
+            "the preemption order: workloads of a class now below another may be preempted by it", narrows="any"
+        ),
         "description": rerender("the WorkloadPriorityClass"),
     }
 
@@ -264,8 +254,15 @@ class SchedulingSettings(Model):
         "kueue_namespace": replaces("the Kueue release in another namespace (uninstall, install)", by="releases"),
         "cohort": rerender("every ClusterQueue's cohort (borrowing)"),
         "allow_overcommit": none("a guard the settings rules read"),
-        "tenant_nodes_only": rerender("the cpu flavor's node labels and the tenant label on CPU nodes (Node patches)"),
-        "groups_prefix": rerender("every team RoleBinding's group subjects"),
+        "tenant_nodes_only": restricts(
+            "where team CPU pods may run (the cpu flavor's node labels, the tenant label on CPU nodes): on, team pods "
+            "no longer fit servers and storage hosts; off, they land there",
+            narrows="any",
+        ),
+        "groups_prefix": restricts(
+            "every team RoleBinding's group subjects: tokens whose groups carry the old prefix lose the teams' roles",
+            narrows="any",
+        ),
         "priority_classes": destroys_on_decrease("a class taken off is deleted; jobs naming it are refused"),
         "teams": destroys_on_decrease(
             "a team taken off: its ClusterQueue, LocalQueues, quotas, role bindings and CI account are deleted; its "

@@ -16,6 +16,15 @@ from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
 from settings.declare import Claim
+from settings.quantities import (
+    DURATION_ORDER,
+    IMAGE_ORDER,
+    QUANTITY_ORDER,
+    VERSION_ORDER,
+    _byte_size,
+    _duration,
+    _quantity,
+)
 
 _UNPINNED = {"", "latest", "stable", "main", "master", "head", "edge", "nightly", "trunk", "*"}
 
@@ -303,7 +312,7 @@ def _matching(pattern: str, accepts: str, problem: str) -> AfterValidator:
     return AfterValidator(check)
 
 
-Version = Annotated[str, AfterValidator(_pinned)]
+Version = Annotated[str, AfterValidator(_pinned), VERSION_ORDER]
 Sha256 = Annotated[str, AfterValidator(_sha256)]
 IPv4 = Annotated[str, AfterValidator(_ipv4)]
 IPv4Network = Annotated[str, AfterValidator(_ipv4_network)]
@@ -321,7 +330,7 @@ Host = Annotated[str, AfterValidator(_host)]
 HostKey = Annotated[str, AfterValidator(_host_key)]
 Url = Annotated[str, AfterValidator(url)]
 Cron = Annotated[str, AfterValidator(cron)]
-Image = Annotated[str, AfterValidator(_image)]
+Image = Annotated[str, AfterValidator(_image), IMAGE_ORDER]
 # A credential: declared in `settings.secrets`, set with `pulumi config set --secret`, never in the model's values.
 Secret = Annotated[Optional[str], SECRET]
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -341,12 +350,16 @@ LabelValue = Annotated[
         "is not a Kubernetes label value; at most 63 of letters, digits, '-', '_', '.'",
     ),
 ]
-Rke2Version = Annotated[str, AfterValidator(_rke2_version)]
+Rke2Version = Annotated[str, AfterValidator(_rke2_version), VERSION_ORDER]
 # Claim types: a field typed by one of these holds its claim without writing one (`settings.declare`).
 Namespace = Annotated[Name, Claim("namespace")]
 Bucket = Annotated[Name, Claim("bucket")]
 StorageClassName = Annotated[Name, Claim("storage-class")]
-ChartVersion = Annotated[str, AfterValidator(_chart_version)]
+ChartVersion = Annotated[str, AfterValidator(_chart_version), VERSION_ORDER]
+# Amounts: compared by value in the rules and in the review (a quota lowered from 100Ti to 20Ti is a decrease).
+Quantity = Annotated[str, AfterValidator(_quantity), QUANTITY_ORDER]
+ByteSize = Annotated[str, AfterValidator(_byte_size), QUANTITY_ORDER]
+Duration = Annotated[str, AfterValidator(_duration), DURATION_ORDER]
 
 
 class Model(BaseModel):

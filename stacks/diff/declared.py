@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from settings import Settings
 from settings.declare import Change, changes_of, field_at
+from settings.quantities import Ordered, compared, ordered_by
 from stacks.diff.core import ABSENT, DangerClass, Sides, show, value_changes
 from stacks.diff.core import Change as ValueChange
 
@@ -42,29 +43,92 @@ def declared(path: str) -> Optional[Change]:
     return changes_of(model).get(name)
 
 
-def _decreased(change: ValueChange) -> bool:
+def order_of(path: str) -> Optional[Ordered]:
+    """The order the field at a diff path declares on its type (versions, images, quantities, durations)."""
+    found = field_at(Settings, path.lstrip("."))
+    return ordered_by(found[2]) if found is not None else None
+
+
+def _absent(value: Any) -> bool:
+    return value is ABSENT or value is None
+
+
+def decreased(change: ValueChange, order: Optional[Ordered] = None) -> bool:
+    """The value went down: by the field's declared order (a quantity `100Ti` -> `20Ti`, a duration), a number
+    lowered, a switch turned off, a list that lost an item, or a value removed."""
     old, new = change.old, change.new
-    if new is ABSENT or new is None:
-        return old is not ABSENT and old is not None
+    if _absent(new):
+        return not _absent(old)
+    if order is not None and (step := compared(order, old, new)) is not None:
+        return step < 0
     if isinstance(old, bool) or isinstance(new, bool):
         return old is True and new is False
     if isinstance(old, (int, float)) and isinstance(new, (int, float)):
         return new < old
     if isinstance(old, list) and isinstance(new, list):
         return len(new) < len(old) or any(item not in new for item in old)
+    if isinstance(old, dict) and isinstance(new, dict):
+        return any(key not in new for key in old)
     return False
 
 
+def narrowed(change: ValueChange, semantics: Change, order: Optional[Ordered] = None) -> bool:
+    """A restricting field moved the way it narrows (`settings.declare.restricts`)."""
+    way = semantics.narrows
+    if way == "any":
+        return True
+    if way == "decrease":
+        return decreased(change, order)
+    if way == "increase":
+        return decreased(ValueChange(change.path, change.new, change.old), order)
+    if way == "allowlist":  # an empty list allows everything: a first entry narrows as much as one removed
+        return (not change.old and bool(change.new)) or (bool(change.old) and decreased(change, order))
+    levels = way.split("<")
+    old, new = str(change.old), str(change.new)
+    return old in levels and new in levels and levels.index(new) > levels.index(old)
+
+
 def settings_changes(sides: Sides) -> list[tuple[ValueChange, Change]]:
-    before, after = documents(sides.old, sides.new)
-    if before is None or after is None:
-        return []
     found = []
-    for change in value_changes(before, after, ""):
+    for change in field_changes(sides):
         semantics = declared(change.path)
         if semantics is not None:
             found.append((change, semantics))
     return found
+
+
+def field_changes(sides: Sides) -> list[ValueChange]:
+    """Every changed leaf of the two plans' settings (defaults filled in)."""
+    before, after = documents(sides.old, sides.new)
+    if before is None or after is None:
+        return []
+    changes = value_changes(before, after, "")
+    # A dict of values (a team's storage per class) is compared per key; one of lists per whole list.
+    return changes
+
+
+def _speaks(change: ValueChange, semantics: Change) -> bool:
+    """Whether a declared change is Danger in this direction."""
+    order = order_of(change.path)
+    if semantics.kind == "destroys-on-decrease":
+        return decreased(change, order)
+    if semantics.kind == "restricts":
+        return narrowed(change, semantics, order)
+    return semantics.danger
+
+
+def downgrade(change: ValueChange) -> bool:
+    """A version field (its type orders versions: `settings.types.Version`, `Image`, `ChartVersion`,
+    `Rke2Version`) set to an older release than before."""
+    order = order_of(change.path)
+    return order is not None and order.what == "downgrade" and compared(order, change.old, change.new) == -1
+
+
+DOWNGRADE = (
+    "DOWNGRADE: the older release starts on state the newer one wrote (databases, CRDs, on-disk formats), which "
+    "most components do not support; check its release notes allow going back, or restore the state taken before "
+    "the upgrade"
+)
 
 
 def declared_danger(sides: Sides, worded: frozenset[str] = frozenset()) -> list[str]:
@@ -72,12 +136,14 @@ def declared_danger(sides: Sides, worded: frozenset[str] = frozenset()) -> list[
     named something in this diff."""
     out = []
     for change, semantics in settings_changes(sides):
-        if not semantics.danger or (semantics.kind == "destroys-on-decrease" and not _decreased(change)):
-            continue
         if semantics.worded_by and semantics.worded_by in worded:
             continue
         path = change.path.lstrip(".")
-        out.append(f"settings {path}: {_shown(change.old)} -> {_shown(change.new)}: {semantics.describe()}")
+        shown = f"settings {path}: {_shown(change.old)} -> {_shown(change.new)}"
+        if downgrade(change):
+            out.append(f"{shown}: {DOWNGRADE}; {semantics.describe()}")
+        elif _speaks(change, semantics):
+            out.append(f"{shown}: {semantics.describe()}")
     return out
 
 
@@ -90,8 +156,9 @@ def _shown(value: Any) -> str:
 
 CLASSES = (
     DangerClass(
-        "a settings change whose declared semantics restart on nodes, replace, destroy when lowered, rebuild the "
-        "cluster or are refused (every field declares one; docs/safety.md lists them)",
+        "a settings change whose declared semantics restart on nodes, replace, destroy when lowered (quantities by "
+        "value), restrict who or what may run, rebuild the cluster or are refused, and any version field set to an "
+        "older release (every field declares one; docs/safety.md lists them)",
         declared_danger,
     ),
 )
