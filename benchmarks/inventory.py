@@ -93,7 +93,13 @@ class _Racks:
         return out
 
 
-def inventory(total: int, *, pinned: bool = True, gpu_share: float = GPU_SHARE) -> dict[str, Any]:
+# Node groups of about this many nodes, whole racks each (servers: a group of their own).
+GROUP_NODES = 64
+
+
+def inventory(
+    total: int, *, pinned: bool = True, gpu_share: float = GPU_SHARE, layout: str = "single"
+) -> dict[str, Any]:
     """Settings (area key -> value, as in a stack file) of a `total`-node environment."""
     if total < 8:
         raise ValueError("a generated inventory needs at least 8 nodes (servers, 3 storage hosts, GPU nodes)")
@@ -152,6 +158,7 @@ def inventory(total: int, *, pinned: bool = True, gpu_share: float = GPU_SHARE) 
         )
     for node in nodes:
         node.update(key(node["name"]))
+    _group_by_racks(nodes)
     # Prod's NAS hosts (names, drives by id: MinIO's erasure sets are sized for them), re-addressed.
     prod_nas = raw["nas"]["hosts"]
     nas = [
@@ -172,6 +179,7 @@ def inventory(total: int, *, pinned: bool = True, gpu_share: float = GPU_SHARE) 
         raw["ssh"]["bastion"].pop("hostKey", None)
     raw["nodes"] = nodes
     raw["nas"] = {"hosts": nas}
+    raw["layout"] = layout
     network = copy.deepcopy(raw["network"])
     network["clusterCidr"] = str(_network(POD_BASE, math.ceil(total * 1.25) * 256))
     ipoib = network["infiniband"]["ipoibNetwork"]
@@ -194,6 +202,25 @@ def inventory(total: int, *, pinned: bool = True, gpu_share: float = GPU_SHARE) 
     tenant_nodes = any(n.get("role") == "cpu" and not n.get("controlPlane") and not n.get("osdDevices") for n in nodes)
     raw["scheduling"] = {**scheduling, "allowOvercommit": True, "tenantNodesOnly": tenant_nodes}
     return raw
+
+
+def _group_by_racks(nodes: list[dict[str, Any]]) -> None:
+    """Each node's `group`: whole racks, in order, packed into groups of at most GROUP_NODES nodes; the servers'
+    rack is the group `servers`."""
+    racks: dict[str, list[dict[str, Any]]] = {}
+    for node in nodes:
+        racks.setdefault(node["labels"]["ml-platform.io/rack"], []).append(node)
+    group, size = 0, GROUP_NODES
+    for rack, members in racks.items():
+        if rack == "rack-000":
+            name = "servers"
+        else:
+            if size + len(members) > GROUP_NODES:
+                group, size = group + 1, 0
+            size += len(members)
+            name = f"group-{group:02d}"
+        for node in members:
+            node["group"] = name
 
 
 def stack_file(raw: dict[str, Any], comment: str = "") -> str:

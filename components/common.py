@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal, Optional
 
 import pulumi
 import pulumi_command as command
@@ -16,7 +17,38 @@ import pulumi_kubernetes as k8s
 
 from components.hosts.remote import HostAccess, host_script
 from components.namespaces import Level, platform_namespace
-from settings import Charts
+from settings import Charts, NodeSettings
+
+Layer = Literal["single", "cluster", "nodes", "platform"]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The part of the platform the running stack holds (stacks/layers.py). `single`: all of it. With
+    `layout: layered`: `cluster` the servers' host steps, the tokens, the kubeconfig, the CNI and the upgrade
+    plans; `nodes` one group's agents (host steps, membership, Node patch, role steps); `platform` the rest
+    (every other object in the cluster, the NAS, the aggregates, the public contract)."""
+
+    layer: Layer = "single"
+    group: Optional[str] = None
+
+    def holds_host(self, node: NodeSettings) -> bool:
+        """Whether this stack runs the node's host steps (and its membership and Node patch)."""
+        if self.layer == "single":
+            return True
+        if self.layer == "cluster":
+            return node.control_plane
+        return self.layer == "nodes" and not node.control_plane and node.group_name == self.group
+
+    @property
+    def cluster_base(self) -> bool:
+        """The init server's reads (CA hash, kubeconfig), the CNI and the upgrade plans."""
+        return self.layer in ("single", "cluster")
+
+    @property
+    def platform(self) -> bool:
+        """The in-cluster objects other than the CNI and the upgrade plans, the NAS, the aggregates."""
+        return self.layer in ("single", "platform")
 
 
 @dataclass(frozen=True)
@@ -25,6 +57,10 @@ class HostSteps:
 
     hosts: Mapping[str, HostAccess]
     ready: Mapping[str, pulumi.Resource]
+
+    def holds(self, node: str) -> bool:
+        """Whether this stack runs `node`'s host steps (every node but in a layered stack: its own)."""
+        return node in self.ready
 
     def script(
         self, resource_name: str, node: str, script: str, params: Mapping[str, str], *, parent: pulumi.Resource
@@ -67,6 +103,7 @@ class Wiring:
     charts: Charts
     host_steps: HostSteps
     in_cluster: InCluster
+    scope: Scope = Scope()
 
     def waiting_for(self, ready: Sequence[pulumi.Resource]) -> Wiring:
         """The same wiring, with the Kubernetes objects also waiting for `ready`."""

@@ -20,9 +20,10 @@ import pulumi_random as random
 
 from components.acceptance.component import AcceptanceChecks, AcceptanceChecksArgs, S3Target, exercised_settings
 from components.ceph.tier import CephTier, CephTierArgs
-from components.cluster.bootstrap import ClusterBootstrap, ClusterBootstrapArgs
+from components.cluster.bootstrap import ClusterBootstrap, ClusterBootstrapArgs, ClusterReference
+from components.cluster.node_credential import node_kubeconfig
 from components.cluster.upgrades import ClusterUpgrades, ClusterUpgradesArgs
-from components.common import HostSteps, InCluster, Wiring
+from components.common import HostSteps, InCluster, Scope, Wiring
 from components.gpu.pool import GpuPool, GpuPoolArgs
 from components.hosts.remote import host_accesses
 from components.minio.tier import MinioTier, MinioTierArgs, etcd_s3_server_config
@@ -43,7 +44,7 @@ from settings import (
     settings_warnings,
 )
 from settings.config_file import STACK_FILE_ENV, copy_problems, namespace_problems
-from stacks import outputs
+from stacks import layers, outputs
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ def run() -> dict[str, Any]:
         problems = secret_problems(settings) + namespace_problems(config_keys(), NAMESPACE) + file_copy_problems()
         if problems:
             raise SettingsError(problems)
+        env, scope = layers.scope_of(pulumi.get_stack(), settings)
     except SettingsError as exc:
         raise placed(exc) from None
     for warning in settings_warnings(settings):
@@ -75,7 +77,7 @@ def run() -> dict[str, Any]:
             mattermost_bot_token=config.get_secret("zabbixMattermostBotToken"),
         ),
     )
-    return build(settings, secrets)
+    return build(settings, secrets, scope, env)
 
 
 def secret_problems(settings: Settings) -> list[str]:
@@ -148,16 +150,30 @@ def init_server_record(name: str) -> random.RandomId:
     )
 
 
-def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
-    """Create every component from validated settings; return the stack outputs."""
-    hosts = host_accesses(settings, secrets.ssh_private_key)
-    token = secrets.rke2_token
-    if token is None:
-        # Generated once and kept (secret) in the stack state; set ml-platform:rke2Token to bring your own.
-        token = random.RandomPassword("rke2-token", length=48, special=False).result
-    init_server_record(settings.cluster.init_server)
-    # What agents join with instead of the (admin-equivalent) server token; kept (secret) in the state.
-    agent_token = random.RandomPassword("rke2-agent-token", length=48, special=False).result
+SINGLE = Scope()
+
+
+def build(settings: Settings, secrets: Secrets, scope: Scope = SINGLE, env: str = "") -> dict[str, Any]:
+    """Create every component from validated settings (with `layout: layered`, the part `scope` holds); return
+    the stack outputs."""
+    hosts = host_accesses(settings, secrets.ssh_private_key, layers.script_hosts(settings, scope))
+    upstream: dict[str, pulumi.Output[Any]] = {}
+    reference = None
+    if scope.cluster_base:
+        token = secrets.rke2_token
+        if token is None:
+            # Generated once and kept (secret) in the stack state; set ml-platform:rke2Token to bring your own.
+            token = random.RandomPassword("rke2-token", length=48, special=False).result
+        init_server_record(settings.cluster.init_server)
+        # What agents join with instead of the (admin-equivalent) server token; kept (secret) in the state.
+        agent_token = random.RandomPassword("rke2-agent-token", length=48, special=False).result
+    else:  # a layered node-group or platform stack: from the cluster stack (a node group never sees the server token)
+        reads = layers.NODE_INPUTS if scope.layer == "nodes" else (*layers.PLATFORM_INPUTS, "caHash")
+        upstream = layers.read_cluster(env, reads)
+        token = upstream.get("rke2Token", "")
+        agent_token = upstream.get("agentToken", "")
+        kubeconfig = upstream["nodeKubeconfig" if scope.layer == "nodes" else "kubeconfig"]
+        reference = ClusterReference(ca_hash=upstream["caHash"], kubeconfig=kubeconfig)
 
     cluster = ClusterBootstrap(
         "cluster",
@@ -170,9 +186,13 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
             agent_token=agent_token,
             server_config=etcd_s3_server_config(settings.cluster.etcd_snapshots, settings.nas),
             taint_platform_hosts=settings.scheduling.tenant_nodes_only,
+            scope=scope,
+            upstream=reference,
         ),
     )
-    wiring = Wiring(settings.charts, HostSteps(hosts, cluster.prepared), InCluster(cluster.provider, cluster.ready))
+    wiring = Wiring(
+        settings.charts, HostSteps(hosts, cluster.prepared), InCluster(cluster.provider, cluster.ready), scope
+    )
     network = NetworkFabric(
         "network",
         NetworkFabricArgs(
@@ -182,22 +202,37 @@ def build(settings: Settings, secrets: Secrets) -> dict[str, Any]:
     # Everything else in the cluster also waits for pod networking.
     wiring = wiring.waiting_for(network.ready)
     in_cluster = wiring.in_cluster
-    ClusterUpgrades(
-        "upgrades",
-        ClusterUpgradesArgs(
-            cluster=settings.cluster,
-            nodes=settings.nodes,
-            init_host=hosts[settings.cluster.init_server],
-            init_joined=cluster.joined[settings.cluster.init_server],
-            in_cluster=in_cluster,
-        ),
-    )
+    if scope.cluster_base:
+        ClusterUpgrades(
+            "upgrades",
+            ClusterUpgradesArgs(
+                cluster=settings.cluster,
+                nodes=settings.nodes,
+                init_host=hosts[settings.cluster.init_server],
+                init_joined=cluster.joined[settings.cluster.init_server],
+                in_cluster=in_cluster,
+            ),
+        )
     # One NFD per cluster: the Network Operator's (NetworkFabric, deployed whenever there are GPU nodes)
     # labels the NVIDIA GPUs the GPU Operator schedules its operands on.
     gpu = GpuPool("gpu", GpuPoolArgs(gpu=settings.gpu, gpu_nodes=settings.gpu_nodes, wiring=wiring, deploy_nfd=False))
     ceph = CephTier(
         "ceph", CephTierArgs(ceph=settings.storage.ceph, storage_hosts=settings.storage_hosts, wiring=wiring)
     )
+    if scope.layer == "cluster":
+        return {
+            "apiEndpoint": cluster.api_url,
+            "caHash": cluster.ca_hash,
+            "agentToken": pulumi.Output.secret(agent_token),
+            "nodeKubeconfig": node_kubeconfig("cluster", cluster.kubeconfig, cluster.provider, cluster),
+            "kubeconfig": cluster.kubeconfig,
+            "rke2Token": pulumi.Output.secret(token),
+        }
+    if scope.layer == "nodes":
+        return {
+            layers.DIGEST_OUTPUT: layers.digest(upstream),
+            "nodes": [n.name for n in settings.nodes if scope.holds_host(n)],
+        }
     scheduling = SchedulingStack(
         "scheduling",
         SchedulingStackArgs(

@@ -90,9 +90,13 @@ class CephTier(pulumi.ComponentResource):
 
         # Host half: per storage host, in parallel, right after its preparation.
         for node in hosts:
-            self.disk_steps[node.name] = wiring.host_steps.script(
-                f"{node.name}-ceph-disks", node.name, "ceph-osd-devices.sh", disk_params(node), parent=self
-            )
+            if wiring.host_steps.holds(node.name):
+                self.disk_steps[node.name] = wiring.host_steps.script(
+                    f"{node.name}-ceph-disks", node.name, "ceph-osd-devices.sh", disk_params(node), parent=self
+                )
+        if not wiring.scope.platform:  # a layered cluster or node-group stack: the host half only
+            self.register_outputs({})
+            return
 
         # Cluster half: the namespace, the operator (CRDs, ceph-csi-operator), the CSI drivers, then the
         # cluster once the disks are checked.

@@ -64,6 +64,7 @@ from components.cluster.config import (
     server_stdin,
     taint_object,
 )
+from components.common import Scope
 from components.hosts.remote import HostAccess, fingerprint, host_script
 from settings import ClusterSettings, NetworkSettings, NodeSettings
 
@@ -83,6 +84,19 @@ class ClusterBootstrapArgs:
     # Taint the servers and storage hosts (`platform_host_taints`) so that only the platform's pods run there
     # (`scheduling.tenantNodesOnly`).
     taint_platform_hosts: bool = False
+    scope: Scope = Scope()
+    """The part this stack holds: every node, or (layered) the servers or one group's agents (stacks/layers.py)."""
+    upstream: Optional[ClusterReference] = None
+    """In a layered node-group or platform stack: what it reads from the cluster stack."""
+
+
+@dataclass(frozen=True)
+class ClusterReference:
+    """What a layered node-group or platform stack reads from its environment's cluster stack."""
+
+    ca_hash: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]
+    """A node-group stack's: a credential that may only read and patch Nodes; the platform stack's: admin."""
 
 
 class ClusterBootstrap(pulumi.ComponentResource):
@@ -107,6 +121,7 @@ class ClusterBootstrap(pulumi.ComponentResource):
         init = next(n for n in servers if n.name == cluster.init_server)
         init_host = args.hosts[init.name]
         self.api_url = f"https://{cluster.api_endpoint}:{API_PORT}"
+        held = [n for n in args.nodes if args.scope.holds_host(n)]
 
         self.prepared = {
             node.name: host_script(
@@ -116,39 +131,48 @@ class ClusterBootstrap(pulumi.ComponentResource):
                 prepare_params(node, cluster, args.network),
                 opts=pulumi.ResourceOptions(parent=self),
             )
-            for node in args.nodes
+            for node in held
         }
 
         # The init server first; then every other node once it runs and its CA hash is known. The
         # further servers keep their one-at-a-time order on the hosts (JOIN_AFTER), not in the graph.
+        # A layered node-group stack runs after its cluster stack and reads the CA hash from it.
         self.joined = {}
-        self._rke2(init, args, [self.prepared[init.name]], join_stdin(args, None, init), [])
-        # Replaced along with the init server's RKE2 step: a rebuilt single server is a new CA.
-        ca_read = host_script(
-            f"{name}-ca-hash",
-            init_host,
-            "read-ca-hash.sh",
-            replaced_with=self.joined[init.name],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.joined[init.name]]),
-        )
-        self.ca_hash = ca_read.stdout.apply(parse_ca_hash)
+        if args.scope.cluster_base:
+            self._rke2(init, args, [self.prepared[init.name]], join_stdin(args, None, init), [])
+            # Replaced along with the init server's RKE2 step: a rebuilt single server is a new CA.
+            ca_read = host_script(
+                f"{name}-ca-hash",
+                init_host,
+                "read-ca-hash.sh",
+                replaced_with=self.joined[init.name],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.joined[init.name]]),
+            )
+            self.ca_hash = ca_read.stdout.apply(parse_ca_hash)
+        else:
+            self.ca_hash = upstream(args).ca_hash
+        init_joined = [self.joined[init.name]] if init.name in self.joined else []
         further_servers = [s for s in servers if s is not init]
-        for node in args.nodes:
+        for node in held:
             if node is not init:
                 earlier = further_servers[: further_servers.index(node)] if node.control_plane else []
-                waits = [self.prepared[node.name], self.joined[init.name]]
+                waits = [self.prepared[node.name], *init_joined]
                 self._rke2(node, args, waits, join_stdin(args, self.ca_hash, node), earlier)
 
-        read = host_script(
-            f"{name}-kubeconfig",
-            init_host,
-            "read-kubeconfig.sh",
-            kubeconfig_params(cluster),
-            secret_output=True,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.joined[init.name]]),
-        )
-        self.kubeconfig = pulumi.Output.secret(read.stdout)
-        self.ready = [read]
+        if args.scope.cluster_base:
+            read = host_script(
+                f"{name}-kubeconfig",
+                init_host,
+                "read-kubeconfig.sh",
+                kubeconfig_params(cluster),
+                secret_output=True,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=init_joined),
+            )
+            self.kubeconfig = pulumi.Output.secret(read.stdout)
+            self.ready: list[pulumi.Resource] = [read]
+        else:  # the cluster stack read it; this stack runs once that stack is up
+            self.kubeconfig = pulumi.Output.secret(upstream(args).kubeconfig)
+            self.ready = []
         # cluster_identifier: a re-read (rotated) kubeconfig updates the provider in place instead
         # of replacing it, which would replace every Kubernetes object.
         self.provider = k8s.Provider(
@@ -159,7 +183,7 @@ class ClusterBootstrap(pulumi.ComponentResource):
         )
 
         self.node_patches: dict[str, k8s.core.v1.NodePatch] = {}
-        for node in args.nodes:
+        for node in held:
             self.node_patches[node.name] = self._labels_and_taints(node, args.taint_platform_hosts)
             # Nothing at create (no SSH session); at delete, on the init server: cordon, drain, delete
             # the Node. Its trigger keeps the value it was deployed with when this step also labelled
@@ -176,7 +200,7 @@ class ClusterBootstrap(pulumi.ComponentResource):
                 },
                 trigger_parts=["node-membership.sh", "node-remove.sh", node.name],
                 replaced_with=self.joined[node.name],
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.joined[init.name]]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=init_joined),
             )
 
         self.register_outputs({"apiUrl": self.api_url, "kubeconfig": self.kubeconfig})
@@ -232,6 +256,12 @@ class ClusterBootstrap(pulumi.ComponentResource):
                 parent=self, provider=self.provider, depends_on=[joined], retain_on_delete=True
             ),
         )
+
+
+def upstream(args: ClusterBootstrapArgs) -> ClusterReference:
+    if args.upstream is None:
+        raise ValueError(f"a {args.scope.layer} stack reads the cluster stack's outputs: none given")
+    return args.upstream
 
 
 def join_stdin(

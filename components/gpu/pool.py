@@ -115,8 +115,11 @@ class GpuPool(pulumi.ComponentResource):
                 f"{node.name}-nvme", node.name, "nvme-tier1.sh", nvme_params(node, tier1), parent=self
             )
             for node in args.gpu_nodes
-            if node.nvme
+            if node.nvme and wiring.host_steps.holds(node.name)
         }
+        if not wiring.scope.platform:  # a layered cluster or node-group stack: the host half only
+            self.register_outputs({})
+            return
 
         k8s_opts = wiring.in_cluster.options(parent=self)
         # One Namespace when both settings name the same one.

@@ -26,7 +26,7 @@ import functools
 import hashlib
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -59,9 +59,12 @@ class HostAccess:
     """The host's `<host>-scripts` step (the bundle of host scripts): every step on the host waits for it."""
 
 
-def host_accesses(settings: Settings, private_key: pulumi.Input[str]) -> dict[str, HostAccess]:
+def host_accesses(
+    settings: Settings, private_key: pulumi.Input[str], copies_to: Optional[Container[str]] = None
+) -> dict[str, HostAccess]:
     """One SSH access per cluster node and NAS host, keyed by host name, each with the step that copies the
-    host scripts there (`delivery.copy_step`), which every host step on it waits for."""
+    host scripts there (`delivery.copy_step`), which every host step on it waits for. `copies_to`: the hosts this
+    stack copies them to (a layered stack: those it runs steps on; the others' stacks copy theirs); None: all."""
     ssh = settings.ssh
     proxy = None
     if ssh.bastion is not None:
@@ -88,7 +91,7 @@ def host_accesses(settings: Settings, private_key: pulumi.Input[str]) -> dict[st
             dial_error_limit=ssh.dial_error_limit,
             per_dial_timeout=ssh.per_dial_timeout_seconds,
         )
-        scripts = delivery.copy_step(name, connection)
+        scripts = delivery.copy_step(name, connection) if copies_to is None or name in copies_to else None
         accesses[name] = HostAccess(name, address, connection, sudo=ssh.user != "root", scripts=scripts)
     return accesses
 

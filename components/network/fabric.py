@@ -88,6 +88,35 @@ class NetworkFabric(pulumi.ComponentResource):
         network, ib = args.network, args.network.infiniband
         ipoib_enabled = ib.ipoib_network.enabled and bool(args.gpu_nodes)
 
+        # Cilium goes to kube-system (RKE2's own, exempt from the CIS profile's `restricted`). A layered
+        # environment's cluster stack holds it (its platform stack runs once the nodes are Ready).
+        self.cni = network.cni
+        cni_release = self._cni(name, args, ipoib_enabled) if wiring.scope.cluster_base else None
+        self.ready = [cni_release] if cni_release is not None else []
+
+        self.infiniband_hosts = {
+            node.name: wiring.host_steps.script(
+                f"{node.name}-infiniband",
+                node.name,
+                "infiniband-host.sh",
+                infiniband_params(node, args.cluster, ib),
+                parent=self,
+            )
+            for node in args.gpu_nodes
+            if wiring.host_steps.holds(node.name)
+        }
+
+        self.rdma_resource_name = ib.rdma_resource_name if args.gpu_nodes else ""
+        self.ib_network_name = f"{ib.ipoib_network.namespace}/{ib.ipoib_network.name}" if ipoib_enabled else ""
+        if args.gpu_nodes and wiring.scope.platform:
+            self._network_operator(name, args, cni_release, ipoib_enabled)
+
+        self.register_outputs(
+            {"cni": self.cni, "rdmaResourceName": self.rdma_resource_name, "ibNetworkName": self.ib_network_name}
+        )
+
+    def _cni(self, name: str, args: NetworkFabricArgs, ipoib_enabled: bool) -> pulumi.Resource:
+        wiring, network = args.wiring, args.network
         cni_chart, cni_release_name, cni_namespace, cni_values = (
             (wiring.charts.cilium, "cilium", "kube-system", cilium_values(network, args.cluster, ipoib_enabled))
             if network.cni == "cilium"
@@ -98,7 +127,6 @@ class NetworkFabric(pulumi.ComponentResource):
                 calico_values(network, args.cluster),
             )
         )
-        # Cilium goes to kube-system (RKE2's own, exempt from the CIS profile's `restricted`).
         cni_waits = list(wiring.in_cluster.ready)
         if network.cni == "calico":
             cni_waits.append(
@@ -119,31 +147,10 @@ class NetworkFabric(pulumi.ComponentResource):
             # protection refuses at preview time. Removing it needs `pulumi state unprotect` first.
             opts=pulumi.ResourceOptions(protect=True, replace_on_changes=["name", "namespace"]),
         )
-        self.ready = [cni_release]
-        self.cni = network.cni
-
-        self.infiniband_hosts = {
-            node.name: wiring.host_steps.script(
-                f"{node.name}-infiniband",
-                node.name,
-                "infiniband-host.sh",
-                infiniband_params(node, args.cluster, ib),
-                parent=self,
-            )
-            for node in args.gpu_nodes
-        }
-
-        self.rdma_resource_name = ib.rdma_resource_name if args.gpu_nodes else ""
-        self.ib_network_name = f"{ib.ipoib_network.namespace}/{ib.ipoib_network.name}" if ipoib_enabled else ""
-        if args.gpu_nodes:
-            self._network_operator(name, args, cni_release, ipoib_enabled)
-
-        self.register_outputs(
-            {"cni": self.cni, "rdmaResourceName": self.rdma_resource_name, "ibNetworkName": self.ib_network_name}
-        )
+        return cni_release
 
     def _network_operator(
-        self, name: str, args: NetworkFabricArgs, cni_release: pulumi.Resource, ipoib_enabled: bool
+        self, name: str, args: NetworkFabricArgs, cni_release: Optional[pulumi.Resource], ipoib_enabled: bool
     ) -> None:
         wiring = args.wiring
         ib = args.network.infiniband
@@ -162,7 +169,7 @@ class NetworkFabric(pulumi.ComponentResource):
             values=network_operator_values(),
             provider=wiring.in_cluster.provider,
             parent=self,
-            depends_on=[*wiring.in_cluster.ready, cni_release, namespace],
+            depends_on=[*wiring.in_cluster.ready, *([cni_release] if cni_release else []), namespace],
         )
         policy = k8s.apiextensions.CustomResource(
             f"{name}-nic-cluster-policy",
