@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stacks.diff import declared, hosts, membership, minio, releases, upgrades
+from stacks.diff import declared, effects, hosts, membership, minio, releases, upgrades
 from stacks.diff.core import (
     ABSENT,
     REPLACE_ON,
@@ -52,8 +52,11 @@ DANGER = (
     *releases.CLASSES,
     *upgrades.CLASSES,
     *membership.CLASSES,
+    *effects.CLASSES,
     *declared.CLASSES,
 )
+# Classes that speak last and leave out what a class above named in detail (their `worded` argument).
+LAST = (effects.kind_danger, declared.declared_danger)
 
 __all__ = [
     "ABSENT",
@@ -100,10 +103,13 @@ def read_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def danger(sides: Sides) -> list[str]:
-    """Every class's lines; the settings-declared ones last, leaving out what a class above named in detail."""
-    found = {kind: kind.find(sides) for kind in DANGER if kind not in declared.CLASSES}
+    """Every class's lines; the per-kind effects and the settings-declared ones last, leaving out what a class above
+    named in detail."""
+    found = {kind: kind.find(sides) for kind in DANGER if kind.find not in LAST}
     worded = frozenset(kind.find.__module__.rsplit(".", 1)[-1] for kind, lines in found.items() if lines)
-    return [line for lines in found.values() for line in lines] + declared.declared_danger(sides, worded)
+    return [line for lines in found.values() for line in lines] + [
+        line for last in LAST for line in last(sides, worded)
+    ]
 
 
 def compare(old: dict[str, Any], new: dict[str, Any]) -> Result:
