@@ -26,7 +26,19 @@ def evaluate_layered(env: str, config_file: Optional[Path] = None) -> dict[str, 
         secret=frozenset({"agentToken", "nodeKubeconfig", "kubeconfig", "rke2Token"}),
     )
     references = {f"{ORGANIZATION}/{PROJECT}/{env}-cluster": cluster}
-    return {
-        spec.name: run(spec.name, config, secret_keys, stack_references=references)
-        for spec in layers.stack_specs(env, settings)
-    }
+    plans = {}
+    for spec in layers.stack_specs(env, settings):
+        own, own_secrets = node_config(config, secret_keys) if spec.layer == "nodes" else (config, secret_keys)
+        plans[spec.name] = run(spec.name, own, own_secrets, stack_references=references)
+    return plans
+
+
+def node_config(
+    config: dict[str, str], secret_keys: list[str], values: Optional[dict[str, str]] = None
+) -> tuple[dict[str, str], list[str]]:
+    """A node-group stack's config: the environment's, and the cluster stack's values the orchestrator sets
+    (`values`; in a preview before the cluster's first `up`, placeholders of their form)."""
+    values = values or {"caHash": "0" * 64, "agentToken": "agent-token", "nodeKubeconfig": "node-kubeconfig"}
+    own = {**config, **{f"{layers.CLUSTER_CONFIG}:{k}": v for k, v in values.items()}}
+    secrets = [*secret_keys, *(f"{layers.CLUSTER_CONFIG}:{k}" for k in sorted(layers.SECRET_NODE_INPUTS))]
+    return own, secrets

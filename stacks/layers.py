@@ -10,9 +10,14 @@ fleet), run in this order by `python -m stacks.orchestrate` or the delivery work
                        acceptance drivers, the NAS and the public contract (the outputs other teams read).
 Each stack's program is `__main__.py`: the stack's name says which part it builds (`scope_of`). The same
 components and the same logical resources as `layout: single`, with the same names and parents (so URNs keep
-their form); only the stack that holds a resource changes. Node-group and platform stacks read the cluster
-stack's outputs through a StackReference; a node-group stack exports a digest of what it read, so the
-orchestrator sees a group that ran against older cluster outputs (stale) and runs it again.
+their form); only the stack that holds a resource changes.
+
+What crosses: the platform stack reads the cluster stack's outputs through a StackReference. A node-group stack
+does not: a StackReference keeps every output of the stack it reads in the reader's state, the admin kubeconfig
+and the server token too. The orchestrator copies the three values a group needs into the group stack's config
+instead (`cluster-stack:caHash`, and as secrets `cluster-stack:agentToken` and `cluster-stack:nodeKubeconfig`),
+and the group exports a digest of them, so the orchestrator sees a group that ran against older cluster outputs
+(stale) and runs it again.
 """
 
 from __future__ import annotations
@@ -97,10 +102,35 @@ def cluster_stack_name(env: str) -> str:
     return f"{pulumi.get_organization() or 'organization'}/{pulumi.get_project()}/{env}-cluster"
 
 
+# The config namespace of the cluster stack's values in a node-group stack (set by the orchestrator).
+CLUSTER_CONFIG = "cluster-stack"
+SECRET_NODE_INPUTS = frozenset({"agentToken", "nodeKubeconfig"})
+
+
 def read_cluster(env: str, names: tuple[str, ...]) -> dict[str, pulumi.Output[Any]]:
-    """The cluster stack's outputs that this stack consumes (secret ones stay secret)."""
+    """The platform stack's: the cluster stack's outputs (secret ones stay secret)."""
     ref = pulumi.StackReference("cluster-stack", stack_name=cluster_stack_name(env))
     return {name: ref.require_output(name) for name in names}
+
+
+def node_inputs(env: str) -> dict[str, pulumi.Output[Any]]:
+    """A node-group stack's: the cluster stack's values it needs, from its own config."""
+    config = pulumi.Config(CLUSTER_CONFIG)
+    missing = [name for name in NODE_INPUTS if config.get(name) is None]
+    if missing:
+        keys = ", ".join(f"{CLUSTER_CONFIG}:{name}" for name in missing)
+        raise SettingsError(
+            [
+                f"{keys}: not set; a node-group stack gets them from {env}-cluster's outputs: run "
+                f"`python -m stacks.orchestrate up {env}` (docs/cluster.md, Running a fleet)"
+            ]
+        )
+    return {
+        name: config.require_secret(name)
+        if name in SECRET_NODE_INPUTS
+        else pulumi.Output.from_input(config.require(name))
+        for name in NODE_INPUTS
+    }
 
 
 def digest(values: dict[str, pulumi.Output[Any]]) -> pulumi.Output[str]:

@@ -132,7 +132,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stacks.plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("stack", nargs="?", help="stack name: reads Pulumi.<stack>.yaml")
     parser.add_argument("--config", type=Path, help="a stack config file to use instead of Pulumi.<stack>.yaml")
-    parser.add_argument("--out", type=Path, help="write the plan as JSON to this file")
+    parser.add_argument(
+        "--out", type=Path, help="write the plan as JSON to this file (layout: layered: a folder, a file per stack)"
+    )
     parser.add_argument("--diff", nargs=2, type=Path, metavar=("OLD", "NEW"), help="compare two plan JSON files")
     parser.add_argument("--format", choices=("text", "markdown"), default="text", help="--diff output format")
     args = parser.parse_args(argv)
@@ -145,8 +147,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not args.stack:
         parser.error("give a STACK (e.g. prod) or --diff OLD NEW")
     try:
-        plan = evaluate_stack(args.stack, args.config)
         settings = stack_settings(args.stack, args.config)
+        if settings.layout == "layered":
+            return layered_main(args.stack, args.config, args.out)
+        plan = evaluate_stack(args.stack, args.config)
         problems = team_namespace_problems(plan.resources, settings.scheduling.teams)
         if problems:
             raise SettingsError(problems)
@@ -160,6 +164,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.out:
         args.out.write_text(plan.to_json())
         print(f"\nPlan written to {args.out}")
+    return 0
+
+
+def layered_main(env: str, config: Optional[Path], out: Optional[Path]) -> int:
+    """Each stack of a layered environment, in run order: its summary, and its plan in `out`/<stack>.json."""
+    from stacks.layered_plan import evaluate_layered
+
+    plans = evaluate_layered(env, config)
+    print(f"{env} runs as {len(plans)} stacks (layout: layered): {', '.join(plans)}\n")
+    for name, plan in plans.items():
+        print(summary(plan) + "\n")
+        if out:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / f"{name}.json").write_text(plan.to_json())
+    if out:
+        print(f"Plans written to {out}/<stack>.json")
     return 0
 
 

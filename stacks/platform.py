@@ -29,6 +29,7 @@ from components.hosts.remote import host_accesses
 from components.minio.tier import MinioTier, MinioTierArgs, etcd_s3_server_config
 from components.monitoring.component import ZabbixMonitoring, ZabbixMonitoringArgs, ZabbixSecrets
 from components.network.fabric import NetworkFabric, NetworkFabricArgs
+from components.network.team_ipoib import team_ib_networks
 from components.public_contract import PublicContract, PublicContractArgs
 from components.scheduling.network import tenant_network
 from components.scheduling.stack import SchedulingStack, SchedulingStackArgs
@@ -168,8 +169,10 @@ def build(settings: Settings, secrets: Secrets, scope: Scope = SINGLE, env: str 
         # What agents join with instead of the (admin-equivalent) server token; kept (secret) in the state.
         agent_token = random.RandomPassword("rke2-agent-token", length=48, special=False).result
     else:  # a layered node-group or platform stack: from the cluster stack (a node group never sees the server token)
-        reads = layers.NODE_INPUTS if scope.layer == "nodes" else (*layers.PLATFORM_INPUTS, "caHash")
-        upstream = layers.read_cluster(env, reads)
+        if scope.layer == "nodes":
+            upstream = layers.node_inputs(env)
+        else:
+            upstream = layers.read_cluster(env, (*layers.PLATFORM_INPUTS, "caHash"))
         token = upstream.get("rke2Token", "")
         agent_token = upstream.get("agentToken", "")
         kubeconfig = upstream["nodeKubeconfig" if scope.layer == "nodes" else "kubeconfig"]
@@ -196,7 +199,11 @@ def build(settings: Settings, secrets: Secrets, scope: Scope = SINGLE, env: str 
     network = NetworkFabric(
         "network",
         NetworkFabricArgs(
-            network=settings.network, cluster=settings.cluster, gpu_nodes=settings.gpu_nodes, wiring=wiring
+            network=settings.network,
+            cluster=settings.cluster,
+            gpu_nodes=settings.gpu_nodes,
+            wiring=wiring,
+            teams=settings.scheduling.teams,
         ),
     )
     # Everything else in the cluster also waits for pod networking.
@@ -240,6 +247,8 @@ def build(settings: Settings, secrets: Secrets, scope: Scope = SINGLE, env: str 
             nodes=settings.nodes,
             oidc=settings.cluster.oidc,
             unaccounted_resources=[network.rdma_resource_name] if network.rdma_resource_name else [],
+            rdma_resource=network.rdma_resource_name or None,
+            team_ib_networks=team_ib_networks(settings.network, settings.gpu_nodes, settings.scheduling.teams),
             network=tenant_network(
                 settings.network,
                 settings.cluster,

@@ -1,0 +1,173 @@
+"""`layout: layered`: the environment as a cluster stack, a stack per node group and a platform stack, each built
+by the same program from the stack's name (stacks/layers.py), previewed in run order (stacks/layered_plan.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.inventory import inventory, stack_file
+from settings import SettingsError, load
+from stacks import layers
+from stacks.engine import PROJECT, StackOutputs, evaluate_stack, load_stack_config, run
+from stacks.layered_plan import ORGANIZATION, evaluate_layered, node_config
+from stacks.layers import strip_stack
+
+# 100 generated nodes: 3 servers, 67 CPU agents in 3 racks, 30 GPU nodes in 8 racks: two node groups.
+NODES = 100
+# What only the layered layout creates: the credential with which node-group stacks patch their Nodes.
+LAYERED_ONLY = {
+    f"{PROJECT}::mlplatform:cluster:ClusterBootstrap${kind}::{name}"
+    for kind, name in (
+        ("kubernetes:core/v1:ServiceAccount", "cluster-node-labeller"),
+        ("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", "cluster-node-labeller"),
+        ("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding", "cluster-node-labeller"),
+        ("kubernetes:core/v1:Secret", "cluster-node-labeller-token"),
+    )
+}
+# Known values for the cluster stack's outputs, to see where each one ends up.
+CLUSTER = {
+    "apiEndpoint": "https://10.20.0.10:6443",
+    "caHash": "ab" * 32,
+    "agentToken": "AGENT-TOKEN-VALUE",
+    "nodeKubeconfig": "NODE-PATCH-KUBECONFIG",
+    "kubeconfig": "ADMIN-KUBECONFIG",
+    "rke2Token": "SERVER-TOKEN-VALUE",
+}
+
+
+def _write(tmp_path: Path, layout: str, raw: dict | None = None) -> Path:
+    path = tmp_path / f"Pulumi.fleet-{layout}.yaml"
+    path.write_text(stack_file(raw or inventory(NODES, layout=layout)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("layers")
+    return evaluate_layered("fleet", _write(tmp, "layered")), evaluate_stack("fleet", _write(tmp, "single"))
+
+
+def _custom(resources) -> dict[str, dict]:
+    return {strip_stack(r["urn"]): r for r in resources if not r["type"].startswith(("mlplatform:", "pulumi:"))}
+
+
+def test_stacks_run_in_layers_with_a_stack_per_node_group(plans):
+    layered, _ = plans
+    assert list(layered) == ["fleet-cluster", "fleet-nodes-group-01", "fleet-nodes-group-02", "fleet-platform"]
+    settings = load(inventory(NODES, layout="layered"))
+    for name in ("fleet-nodes-group-01", "fleet-nodes-group-02"):
+        group = name.removeprefix("fleet-nodes-")
+        held = {r["name"].removesuffix("-prepare") for r in layered[name].resources if r["name"].endswith("-prepare")}
+        assert held == {n.name for n in settings.node_groups[group] if not n.control_plane}
+        assert sorted(layered[name].outputs) == [layers.DIGEST_OUTPUT, "nodes"]
+    # The servers' steps are the cluster stack's; the platform stack runs none on a node.
+    cluster = {r["name"] for r in layered["fleet-cluster"].resources}
+    assert {f"{n.name}-rke2" for n in settings.servers} <= cluster
+    assert not any(r["name"].endswith(("-prepare", "-rke2")) for r in layered["fleet-platform"].resources)
+
+
+def test_the_union_of_the_layered_stacks_is_the_single_layout(plans):
+    """The same logical resources with the same inputs, each in exactly one stack; only the node-patching
+    credential is the layered layout's own."""
+    layered, single = plans
+    union: dict[str, dict] = {}
+    for plan in layered.values():
+        for urn, resource in _custom(plan.resources).items():
+            assert urn not in union, f"{urn} is in two stacks"
+            union[urn] = resource
+    expected = _custom(single.resources)
+    assert set(union) - set(expected) == LAYERED_ONLY
+    assert set(expected) - set(union) == set()
+    differ = sorted(u for u in expected if expected[u]["inputs"] != union[u]["inputs"])
+    assert differ == []
+    # The platform stack exports the contract other teams read, under the same names.
+    assert sorted(layered["fleet-platform"].outputs) == sorted(single.outputs)
+
+
+def test_no_stack_depends_on_a_later_layer_or_another_group(plans):
+    layered, _ = plans
+    for name, plan in layered.items():
+        own = {r["urn"] for r in plan.resources + plan.reads}
+        for resource in plan.resources:
+            # The platform's StackReference is its one way in from the cluster stack (which ran first).
+            foreign = [d for d in resource.get("dependencies", []) if d not in own and "StackReference" not in d]
+            assert foreign == [], f"{name}: {resource['name']} waits for another stack's {foreign}"
+
+
+def test_node_group_stacks_never_see_an_admin_credential(tmp_path):
+    """A node group gets the CA hash, the agent token and a kubeconfig that may only get and patch Nodes in its
+    config (a StackReference would keep all of the cluster stack's outputs in its state); the server token and
+    the admin kubeconfig reach only the platform stack (its provider and its outputs)."""
+    config, secret_keys = load_stack_config("fleet", _write(tmp_path, "layered"))
+    refs = {
+        f"{ORGANIZATION}/{PROJECT}/fleet-cluster": StackOutputs(
+            CLUSTER, frozenset({"agentToken", "nodeKubeconfig", "kubeconfig", "rke2Token"})
+        )
+    }
+    consumed = {k: CLUSTER[k] for k in layers.NODE_INPUTS}
+    group = run("fleet-nodes-group-01", *node_config(config, secret_keys, consumed))
+    platform = run("fleet-platform", config, secret_keys, stack_references=refs)
+    group_text = json.dumps([group.revealed, group.revealed_outputs, group.reads])
+    assert CLUSTER["nodeKubeconfig"] in group_text and CLUSTER["agentToken"] in group_text
+    assert CLUSTER["kubeconfig"] not in group_text and CLUSTER["rke2Token"] not in group_text
+    assert not any("StackReference" in r["urn"] for r in group.resources + group.reads)
+    # Its agents' join token is the secure form: the cluster's CA hash and the agent token.
+    stdin = json.dumps(group.revealed)
+    assert f"K10{CLUSTER['caHash']}::node:{CLUSTER['agentToken']}" in stdin
+    assert CLUSTER["kubeconfig"] in json.dumps(platform.revealed)
+    assert platform.revealed_outputs["rke2Token"] == CLUSTER["rke2Token"]
+    # The digest of what the group consumed, as the orchestrator computes it from the cluster stack.
+    assert group.outputs[layers.DIGEST_OUTPUT] == layers.digest_of(consumed)
+
+
+def test_the_node_patching_credential_may_only_get_and_patch_nodes(plans):
+    layered, _ = plans
+    role = next(r for r in layered["fleet-cluster"].resources if r["type"].endswith("ClusterRole"))
+    assert role["inputs"]["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+
+
+def test_a_node_group_stack_without_the_cluster_values_says_what_sets_them(tmp_path):
+    config, secret_keys = load_stack_config("fleet", _write(tmp_path, "layered"))
+    with pytest.raises(SettingsError, match=r"cluster-stack:caHash, cluster-stack:agentToken, .*stacks.orchestrate up"):
+        run("fleet-nodes-group-01", config, secret_keys)
+
+
+def test_a_stack_name_outside_the_layout_is_refused():
+    settings = load(inventory(NODES, layout="layered"))
+    assert layers.scope_of("fleet-nodes-group-02", settings)[0] == "fleet"
+    for wrong in ("fleet", "fleet-nodes-group-09", "fleet-nodes-", "fleet-platforms"):
+        with pytest.raises(SettingsError, match="stacks.orchestrate"):
+            layers.scope_of(wrong, settings)
+    single = load(inventory(NODES))
+    assert layers.scope_of("fleet-cluster", single) == ("fleet-cluster", layers.Scope())
+
+
+def _problems(raw: dict) -> str:
+    with pytest.raises(SettingsError) as exc:
+        load(raw)
+    return "\n".join(exc.value.problems)
+
+
+def test_node_groups_are_declared_sized_and_aligned_to_racks():
+    raw = inventory(NODES, layout="layered")
+    del raw["nodes"][5]["group"]
+    assert f"nodes[5].group: node {raw['nodes'][5]['name']!r} names no group" in _problems(raw)
+
+    raw = inventory(NODES)
+    for node in raw["nodes"]:
+        node.pop("group")
+    assert load(raw).node_groups.keys() == {"nodes"}  # single layout: one group, named `nodes`
+    raw = inventory(200)
+    for node in raw["nodes"]:
+        node.pop("group")
+    assert "group 'nodes' has 200 nodes, more than 128" in _problems(raw)
+
+    raw = inventory(NODES)
+    gpu = [n for n in raw["nodes"] if n["role"] == "gpu"]
+    for node in gpu:
+        node["topology"] = {"block": "b1", "rack": node["labels"]["ml-platform.io/rack"]}
+    gpu[0]["group"] = "elsewhere"
+    assert f"rack {gpu[0]['topology']['rack']!r} is split over groups" in _problems(raw)
