@@ -1,0 +1,160 @@
+"""Run a `layout: layered` environment: its stacks in layers, node groups in parallel, on Pulumi's Automation API.
+
+    python -m stacks.orchestrate preview|up|refresh|destroy ENV [--parallel N] [--groups a,b] [--resume] [--check]
+    python -m stacks.orchestrate init ENV
+    python -m stacks.orchestrate migrate ENV [--plans DIR] [--state EXPORT.json] [--backup FILE] [--back]
+
+`up`: ENV-cluster, then every ENV-nodes-<group> at once, then ENV-platform; `destroy` the reverse. `--parallel N`
+(default 64) is one budget across the stacks running at once: the bastion's SSH limit (stacks/orchestration/run.py
+says how it is shared). A node group that fails does not stop the others; the platform layer runs only when every
+group is up to date. `--resume` runs only the groups that failed, never ran, or are stale (their cluster digest
+differs from the cluster stack's current outputs). `--groups` limits a run to those groups. `--check` (preview):
+fail on any change to a deployed resource (after a migration). `init`: create the stacks and copy the config,
+run nothing. `migrate`: print the `pulumi state move` script from a deployed single stack (docs/runbook.md).
+Exit status: 0 all done, 1 a stack failed or was held back, 2 bad input (nothing ran).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Optional
+
+from settings import SettingsError
+from stacks import layers
+from stacks.orchestration import migrate as migration
+from stacks.orchestration.run import ACTIONS, Orchestrator, shares
+from stacks.orchestration.workspace import ROOT, Environment
+from stacks.plan import stack_settings
+
+DEFAULT_PARALLEL = 64  # what the delivery workflow runs `up` with
+
+
+def specs(env: str, work_dir: Path) -> list[layers.StackSpec]:
+    settings = stack_settings(env, work_dir / f"Pulumi.{env}.yaml")
+    if settings.layout != "layered":
+        raise SettingsError(
+            [
+                f"layout: {env} is one stack (layout: {settings.layout}): run `pulumi up --stack {env}`; "
+                "the orchestrator runs environments with layout: layered"
+            ]
+        )
+    return layers.stack_specs(env, settings)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m stacks.orchestrate", description=__doc__.split("\n\n")[0])
+    p.add_argument("action", choices=[*ACTIONS, "init", "migrate"])
+    p.add_argument("env", help="the environment: Pulumi.<env>.yaml")
+    p.add_argument("--parallel", type=int, default=DEFAULT_PARALLEL, help="operations at once across all stacks")
+    p.add_argument("--groups", help="only these node groups, comma-separated")
+    p.add_argument("--resume", action="store_true", help="up: only the groups that failed, never ran or are stale")
+    p.add_argument("--check", action="store_true", help="preview: fail on any change to a deployed resource")
+    p.add_argument(
+        "--expect-create", type=Path, help="preview --check: a file of URNs (one a line) that may be created"
+    )
+    p.add_argument("--plans", type=Path, help="migrate: the layered plans (`python -m stacks.plan ENV --out DIR`)")
+    p.add_argument("--state", type=Path, help="migrate: `pulumi stack export` of the single stack (required)")
+    p.add_argument("--backup", help="migrate: the backup file the script writes (default <env>-single-backup.json)")
+    p.add_argument("--back", action="store_true", help="migrate: the script that moves the layered stacks back")
+    return p
+
+
+def main(
+    argv: Optional[list[str]] = None,
+    auto: Optional[ModuleType] = None,
+    work_dir: Path = ROOT,
+    out: Callable[[str], None] = print,
+) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.action == "migrate":
+            return migrate(args, work_dir, out)
+        stacks = specs(args.env, work_dir)
+        shares(args.parallel, 1)
+        if args.resume and args.action != "up":
+            raise ValueError("--resume: only with up")
+        if args.check and args.action != "preview":
+            raise ValueError("--check: only with preview")
+        groups = [g.strip() for g in args.groups.split(",") if g.strip()] if args.groups else None
+        if groups is not None and not groups:
+            raise ValueError("--groups: name at least one group")
+        environment = Environment(args.env, work_dir, auto)
+        orchestrator = Orchestrator(environment, stacks, out)
+        if args.action == "destroy" and groups:
+            raise ValueError(
+                "--groups: destroy takes the whole environment (platform, groups, cluster); to retire a group, "
+                "remove its nodes from the settings and run up (the group's stack then deletes them)"
+            )
+        orchestrator.choose(groups)  # an unknown group is refused before any stack is touched
+        if args.action == "init":
+            for spec in stacks:
+                orchestrator.stack(spec)
+                provider = environment.file.secrets_provider or "the backend's default"
+                out(f"{spec.name}: ready (secrets provider: {provider})")
+            return 0
+        allowed = set(args.expect_create.read_text().split()) if args.expect_create else set()
+        if allowed and not args.check:
+            raise ValueError("--expect-create: only with preview --check")
+        report = orchestrator.run(args.action, args.parallel, groups, args.resume, args.check, allowed)
+        return 0 if report.ok else 1
+    except (SettingsError, ValueError, migration.MigrationError) as exc:
+        print(f"{args.env}: {exc}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(f"{args.env}: no such file: {exc.filename}", file=sys.stderr)
+        return 2
+
+
+def layered_plans(env: str, plans: Optional[Path], work_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    if plans is None:
+        from stacks.layered_plan import evaluate_layered
+
+        return {name: plan.resources for name, plan in evaluate_layered(env, work_dir / f"Pulumi.{env}.yaml").items()}
+    found = {p.stem: json.loads(p.read_text())["resources"] for p in sorted(plans.glob("*.json"))}
+    if not found:
+        raise ValueError(f"--plans {plans}: no <stack>.json in it (`python -m stacks.plan {env} --out {plans}`)")
+    return found
+
+
+def migrate(args: argparse.Namespace, work_dir: Path, out: Callable[[str], None]) -> int:
+    if args.state is None:
+        raise ValueError(
+            f"migrate: give --state, the single stack's state (`pulumi stack export --stack {args.env} --file FILE`): "
+            "the moves are checked against it before they are printed"
+        )
+    state = json.loads(args.state.read_text())
+    order = [s.name for s in specs(args.env, work_dir)]
+    plans = layered_plans(args.env, args.plans, work_dir)
+    missing = [name for name in order if name not in plans]
+    if missing:
+        raise ValueError(f"--plans: no plan for {', '.join(missing)}")
+    key = migration.engine_form
+    resources = {
+        key(migration.strip(r["urn"])): {**r, "parent": key(migration.strip(r["parent"])) if r.get("parent") else None}
+        for name in order
+        for r in plans[name]
+    }
+    held = {stack: [key(k) for k in keys] for stack, keys in layers.assign({n: plans[n] for n in order}).items()}
+    deployed = {migration.strip(r["urn"]) for r in state["deployment"]["resources"]}
+    plan = migration.plan_migration(args.env, held, resources, order, deployed)
+    received = migration.check(state, plan)
+    for name in order:
+        made = len(plan.created.get(name, []))
+        print(
+            f"# {name}: {len(received.get(name, []))} resources moved, {made} created at its first up", file=sys.stderr
+        )
+    print(
+        f"# stay in {args.env}: {len(migration.stays(state))} (its root and providers, copied where used)",
+        file=sys.stderr,
+    )
+    out(migration.script(plan, args.backup or f"{args.env}-single-backup.json", back=args.back).rstrip("\n"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

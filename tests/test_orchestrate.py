@@ -1,0 +1,522 @@
+"""The layered layout's orchestrator (`python -m stacks.orchestrate`) against the Automation API stand-in declared in
+tests/stubs/automation.py (the Pulumi CLI cannot run here), and the migration from one stack (`migrate`)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchmarks.inventory import inventory, stack_file
+from stacks import layers, orchestrate
+from stacks.layers import StackSpec
+from stacks.orchestration import migrate as migration
+from stacks.orchestration.run import Orchestrator, changes_of, shares
+from stacks.orchestration.workspace import Environment
+from tests.stubs import automation as standin
+
+ENV = "fleet"
+GROUPS = ["rack-a", "rack-b", "rack-c", "rack-d"]
+SPECS = [
+    StackSpec(f"{ENV}-cluster", "cluster"),
+    *[StackSpec(f"{ENV}-nodes-{g}", "nodes", g) for g in GROUPS],
+    StackSpec(f"{ENV}-platform", "platform"),
+]
+CLUSTER = {
+    "apiEndpoint": "https://10.20.0.10:6443",
+    "caHash": "ab" * 32,
+    "agentToken": "AGENT-TOKEN-1",
+    "nodeKubeconfig": "NODE-PATCH-KUBECONFIG",
+    "kubeconfig": "ADMIN-KUBECONFIG",
+    "rke2Token": "SERVER-TOKEN",
+}
+# The environment's stack file as `pulumi config set` writes it: plain settings, secrets as `secure:` values.
+ENV_CONFIG = {
+    "ml-platform:cluster": {"name": "fleet"},
+    "ml-platform:sshPrivateKey": {"secure": "v1:ssh-key"},
+    "ml-platform:rke2Token": {"secure": "v1:server-token"},
+    "ml-platform:zabbixAdminPassword": {"secure": "v1:zabbix-admin"},
+    "ml-platform:monitoring": {"slack": {"channel": "#alerts", "token": {"secure": "v1:nested"}}},
+    "kubernetes:kubeconfig": {"secure": "v1:some-kubeconfig"},
+}
+
+
+def write_env(work: Path, config: dict | None = None, **top) -> Path:
+    path = work / f"Pulumi.{ENV}.yaml"
+    path.write_text(yaml.safe_dump({"encryptionsalt": "v1:salt", **top, "config": config or ENV_CONFIG}))
+    return path
+
+
+@pytest.fixture
+def fleet(tmp_path) -> standin.Fleet:
+    write_env(tmp_path)
+    return standin.Fleet(ENV, tmp_path, CLUSTER)
+
+
+def orchestrator(fleet: standin.Fleet, lines: list[str] | None = None) -> Orchestrator:
+    out = lines.append if lines is not None else (lambda line: None)
+    return Orchestrator(Environment(ENV, fleet.work_dir, fleet), SPECS, out)
+
+
+def window(fleet: standin.Fleet, stack: str, action: str = "up") -> tuple[int, int]:
+    (run,) = [r for r in fleet.runs if r.stack == stack and r.action == action][-1:]
+    return run.started, run.ended
+
+
+# --- the budget -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("budget", "groups", "expected"),
+    [(64, 4, [16, 16, 16, 16]), (10, 4, [3, 3, 2, 2]), (2, 4, [1, 1]), (7, 1, [7]), (5, 16, [1] * 5)],
+)
+def test_the_budget_is_split_into_slots_that_add_up_to_it(budget, groups, expected):
+    assert shares(budget, groups) == expected
+    assert sum(shares(budget, groups)) == budget
+
+
+def test_a_budget_below_one_is_refused():
+    with pytest.raises(ValueError, match="--parallel 0: give at least 1"):
+        shares(0, 3)
+
+
+# --- layers in order, groups in parallel -----------------------------------------------------------------------
+
+
+def test_layers_run_in_order_and_the_groups_side_by_side(fleet):
+    fleet.barrier = threading.Barrier(len(GROUPS))  # every group must be running at once to pass it
+    lines: list[str] = []
+    report = orchestrator(fleet, lines).run("up", 10)
+    assert report.ok, lines
+    ran = fleet.ran()
+    assert (ran[0], sorted(ran[1:5]), ran[5:]) == (SPECS[0].name, [s.name for s in SPECS[1:5]], [SPECS[-1].name])
+    cluster_end = window(fleet, f"{ENV}-cluster")[1]
+    platform_start = window(fleet, f"{ENV}-platform")[0]
+    for group in GROUPS:
+        start, end = window(fleet, f"{ENV}-nodes-{group}")
+        assert cluster_end < start and end < platform_start
+    assert fleet.peak_stacks == len(GROUPS)
+    assert sorted(r.parallel for r in fleet.runs if "-nodes-" in r.stack) == [2, 2, 3, 3]
+    assert fleet.peak_parallel <= 10
+    assert [r.parallel for r in fleet.runs if "-nodes-" not in r.stack] == [10, 10]
+    assert "node groups: 4 stacks, 4 at once, --parallel 3+3+2+2" in lines
+
+
+def test_fewer_slots_than_groups_queue_the_rest_within_the_budget(fleet):
+    fleet.barrier = threading.Barrier(2)  # two at a time: passes only if two groups overlap, round after round
+    report = orchestrator(fleet).run("up", 2)
+    assert report.ok
+    assert fleet.peak_parallel <= 2 and fleet.peak_stacks == 2
+    assert sorted(r.stack for r in fleet.runs if r.parallel == 1) == [f"{ENV}-nodes-{g}" for g in GROUPS]
+
+
+def test_every_stack_is_created_with_the_environments_secrets_provider(tmp_path):
+    write_env(tmp_path, secretsprovider="awskms://alias/ml-platform?region=eu-central-1")
+    fleet = standin.Fleet(ENV, tmp_path, CLUSTER)
+    orchestrator(fleet).run("up", 8)
+    assert {s.name: s.secrets_provider for s in fleet.stacks.values()} == dict.fromkeys(
+        (s.name for s in SPECS), "awskms://alias/ml-platform?region=eu-central-1"
+    )
+
+
+def test_a_passphrase_environment_gives_passphrase_stacks(fleet):
+    orchestrator(fleet).run("up", 8)
+    assert {s.secrets_provider for s in fleet.stacks.values()} == {"passphrase"}
+
+
+# --- config and credentials -----------------------------------------------------------------------------------
+
+
+def test_node_group_stacks_hold_no_admin_credential(fleet):
+    orchestrator(fleet).run("up", 8)
+    config = {r.stack: r.config for r in fleet.runs}
+    for group in GROUPS:
+        held = config[f"{ENV}-nodes-{group}"]
+        assert set(held) == {"ml-platform:cluster", "ml-platform:sshPrivateKey"}
+        # The CLI re-encrypted it for this stack (`pulumi config cp`), not copied as the env's ciphertext.
+        assert held["ml-platform:sshPrivateKey"] == {"secure": f"{ENV}-nodes-{group}:ssh-key"}
+    for name in (f"{ENV}-cluster", f"{ENV}-platform"):
+        assert set(config[name]) == set(ENV_CONFIG)
+    # No secret value ever went on a command line (`config set-all` would put them there).
+    assert not [args for args in fleet.cli if args[:2] in (["config", "set"], ["config", "set-all"])]
+    assert ["config", "cp", "--stack", ENV, "--dest", f"{ENV}-nodes-rack-a", "--non-interactive"] in fleet.cli
+
+
+def test_a_key_the_environment_drops_leaves_every_stack(fleet):
+    orchestrator(fleet).run("up", 8)
+    write_env(fleet.work_dir, {k: v for k, v in ENV_CONFIG.items() if k != "kubernetes:kubeconfig"})
+    orchestrator(fleet).run("up", 8)
+    assert all("kubernetes:kubeconfig" not in r.config for r in fleet.runs[len(SPECS) :])
+
+
+# --- failure, resume, staleness ---------------------------------------------------------------------------------
+
+
+def test_a_failed_group_does_not_stop_the_others_and_holds_the_platform(fleet):
+    fleet.failing = {f"{ENV}-nodes-rack-b"}
+    lines: list[str] = []
+    report = orchestrator(fleet, lines).run("up", 8)
+    status = {r.stack: r.status for r in report.results}
+    assert status == {
+        f"{ENV}-cluster": "succeeded",
+        f"{ENV}-nodes-rack-a": "succeeded",
+        f"{ENV}-nodes-rack-b": "failed",
+        f"{ENV}-nodes-rack-c": "succeeded",
+        f"{ENV}-nodes-rack-d": "succeeded",
+        f"{ENV}-platform": "not run",
+    }
+    assert f"{ENV}-platform" not in fleet.ran()
+    assert not report.ok
+    assert report.held.startswith(
+        f"{ENV}-platform not run: it waits for every node group, and {ENV}-nodes-rack-b is failed"
+    )
+    assert any("up failed: fleet-nodes-rack-b: a host step exited with status 1" in line for line in lines)
+    assert f"to resume: python -m stacks.orchestrate up {ENV} --resume" in " ".join(lines)
+
+
+def test_resume_runs_only_the_failed_group_then_the_platform(fleet):
+    fleet.failing = {f"{ENV}-nodes-rack-b"}
+    orchestrator(fleet).run("up", 8)
+    fleet.failing = set()
+    before = len(fleet.runs)
+    report = orchestrator(fleet).run("up", 8, resume=True)
+    assert report.ok
+    assert [r.stack for r in fleet.runs[before:]] == [f"{ENV}-cluster", f"{ENV}-nodes-rack-b", f"{ENV}-platform"]
+    assert {r.stack: r.status for r in report.results}[f"{ENV}-nodes-rack-a"] == "up to date"
+
+
+def test_cluster_outputs_that_change_make_groups_stale_until_they_run_again(fleet):
+    orchestrator(fleet).run("up", 8)
+    fleet.cluster_outputs["agentToken"] = "AGENT-TOKEN-2"  # e.g. the agent token rotated
+    lines: list[str] = []
+    report = orchestrator(fleet, lines).run("up", 8, groups=["rack-a"])
+    # The group that ran read the cluster outputs of this run, not the earlier ones.
+    digest = layers.digest_of({k: fleet.cluster_outputs[k] for k in layers.NODE_INPUTS})
+    assert fleet.stacks[f"{ENV}-nodes-rack-a"].outputs[layers.DIGEST_OUTPUT].value == digest
+    assert sorted(report.stale) == [f"{ENV}-nodes-{g}" for g in ("rack-b", "rack-c", "rack-d")]
+    assert all("cluster's outputs changed since its last up" in why for why in report.stale.values())
+    assert "stale node groups (their cluster digest differs from the cluster stack's current outputs):" in lines
+    assert f"{ENV}-platform" not in fleet.ran()[len(SPECS) :]
+    before = len(fleet.runs)
+    assert orchestrator(fleet).run("up", 8, resume=True).ok
+    ran = [r.stack for r in fleet.runs[before:]]
+    assert ran[0] == f"{ENV}-cluster" and ran[-1] == f"{ENV}-platform"
+    assert sorted(ran[1:-1]) == sorted(report.stale)
+
+
+def test_a_cluster_that_fails_runs_nothing_after_it(fleet):
+    fleet.failing = {f"{ENV}-cluster"}
+    report = orchestrator(fleet).run("up", 8)
+    assert fleet.ran() == [f"{ENV}-cluster"]
+    assert report.held == f"{ENV}-cluster failed: no node group or platform stack ran"
+
+
+def test_preview_lists_stale_groups_and_runs_every_layer(fleet):
+    orchestrator(fleet).run("up", 8)
+    fleet.cluster_outputs["caHash"] = "cd" * 32
+    orchestrator(fleet).run("up", 8, groups=["rack-c"])
+    report = orchestrator(fleet).run("preview", 8)
+    ran = fleet.ran("preview")
+    assert (ran[0], sorted(ran[1:5]), ran[5:]) == (SPECS[0].name, [s.name for s in SPECS[1:5]], [SPECS[-1].name])
+    assert sorted(report.stale) == [f"{ENV}-nodes-{g}" for g in ("rack-a", "rack-b", "rack-d")]
+
+
+# --- destroy --------------------------------------------------------------------------------------------------------
+
+
+def test_destroy_runs_the_layers_in_reverse(fleet):
+    orchestrator(fleet).run("up", 8)
+    assert orchestrator(fleet).run("destroy", 8).ok
+    ran = fleet.ran("destroy")
+    assert ran[0] == f"{ENV}-platform" and ran[-1] == f"{ENV}-cluster"
+    assert window(fleet, f"{ENV}-platform", "destroy")[1] < min(
+        window(fleet, f"{ENV}-nodes-{g}", "destroy")[0] for g in GROUPS
+    )
+
+
+def test_destroy_keeps_the_cluster_while_a_group_is_left(fleet):
+    orchestrator(fleet).run("up", 8)
+    fleet.failing = {f"{ENV}-nodes-rack-d"}
+    report = orchestrator(fleet).run("destroy", 8)
+    assert f"{ENV}-cluster" not in fleet.ran("destroy")
+    assert report.held == f"{ENV}-cluster kept: {ENV}-nodes-rack-d failed to destroy"
+
+
+# --- the zero-change check ---------------------------------------------------------------------------------------
+
+
+def test_check_fails_on_a_change_but_not_on_a_stacks_own_components(fleet):
+    fleet.changes = {
+        f"{ENV}-nodes-rack-a": [
+            ("same", "command:remote:Command", True),
+            ("create", "mlplatform:cluster:ClusterBootstrap", False),
+            ("create", "pulumi:providers:kubernetes", True),
+            ("read", "pulumi:pulumi:StackReference", True),
+        ],
+        f"{ENV}-nodes-rack-b": [("update", "command:remote:Command", True)],
+        f"{ENV}-platform": [("create", "kubernetes:core/v1:Namespace", True)],
+    }
+    report = orchestrator(fleet).run("preview", 8, check=True)
+    failed = {r.stack: r.note for r in report.results if r.status == "failed"}
+    assert sorted(failed) == [f"{ENV}-nodes-rack-b", f"{ENV}-platform"]
+    assert (
+        "update urn:pulumi:fleet-nodes-rack-b::ml-platform::command:remote:Command::x" in failed[f"{ENV}-nodes-rack-b"]
+    )
+    assert not report.ok
+
+
+def test_changes_of_reads_real_engine_events():
+    events = [standin._pre_event("delete", "urn:a", "command:remote:Command", True), object()]
+    assert changes_of(events) == [("delete", "urn:a")]
+
+
+# --- the stand-in itself ---------------------------------------------------------------------------------------------
+
+
+def test_the_standin_refuses_what_the_real_api_would(fleet):
+    stack = fleet.create_or_select_stack(f"{ENV}-cluster", work_dir=str(fleet.work_dir))
+    with pytest.raises(TypeError):
+        stack.up(paralel=4)  # a misspelt keyword the real Stack.up does not take
+    with pytest.raises(TypeError):
+        fleet.create_or_select_stack(f"{ENV}-cluster", workdir="x")
+
+
+# --- the command line --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def layered_env(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("env")
+    raw = inventory(100, layout="layered")
+    doc = yaml.safe_load(stack_file(raw))
+    doc["config"]["ml-platform:sshPrivateKey"] = {"secure": "v1:key"}
+    (work / f"Pulumi.{ENV}.yaml").write_text(yaml.safe_dump({"encryptionsalt": "v1:salt", **doc}))
+    return work
+
+
+def run_cli(args: list[str], work: Path, fleet: standin.Fleet | None = None) -> tuple[int, list[str]]:
+    lines: list[str] = []
+    return orchestrate.main(args, auto=fleet, work_dir=work, out=lines.append), lines
+
+
+def test_the_command_runs_the_stacks_the_settings_declare(layered_env):
+    fleet = standin.Fleet(ENV, layered_env, CLUSTER)
+    status, lines = run_cli(["up", ENV, "--parallel", "16"], layered_env, fleet)
+    assert status == 0, lines
+    ran = fleet.ran()
+    assert (ran[0], sorted(ran[1:-1]), ran[-1]) == (
+        f"{ENV}-cluster",
+        [f"{ENV}-nodes-group-01", f"{ENV}-nodes-group-02"],
+        f"{ENV}-platform",
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["up", ENV, "--groups", "group-09"], "--groups: group-09 not a node group of fleet (its groups: group-01"),
+        (["up", ENV, "--parallel", "0"], "--parallel 0: give at least 1"),
+        (["destroy", ENV, "--groups", "group-01"], "to retire a group, remove its nodes from the settings"),
+        (["preview", ENV, "--resume"], "--resume: only with up"),
+    ],
+)
+def test_bad_input_is_refused_before_any_stack_is_touched(layered_env, capsys, args, message):
+    fleet = standin.Fleet(ENV, layered_env, CLUSTER)
+    status, _ = run_cli(args, layered_env, fleet)
+    assert status == 2
+    assert message in capsys.readouterr().err
+    assert fleet.stacks == {} and fleet.runs == []
+
+
+def test_a_single_stack_environment_is_sent_to_pulumi_up(tmp_path, capsys):
+    (tmp_path / "Pulumi.small.yaml").write_text(stack_file(inventory(12)))
+    status, _ = run_cli(["up", "small"], tmp_path, standin.Fleet("small", tmp_path, CLUSTER))
+    assert status == 2
+    assert "run `pulumi up --stack small`" in capsys.readouterr().err
+
+
+# --- migration ------------------------------------------------------------------------------------------------------
+
+
+def export_of(single_plan: dict, extra: list[dict] = ()) -> dict:
+    """A `pulumi stack export` of the single stack as the engine writes it: the root first, URNs without the root
+    type in a top-level resource's type chain, default providers, parents before children."""
+    key = migration.engine_form
+    urn = lambda u: f"urn:pulumi:{ENV}::{key(migration.strip(u))}"  # noqa: E731
+    root = f"urn:pulumi:{ENV}::ml-platform::pulumi:pulumi:Stack::ml-platform-{ENV}"
+    resources = [{"urn": root, "custom": False, "type": "pulumi:pulumi:Stack"}]
+    resources.append(
+        {
+            "urn": f"urn:pulumi:{ENV}::ml-platform::pulumi:providers:command::default_1_2_1",
+            "custom": True,
+            "id": "1",
+            "type": "pulumi:providers:command",
+        }
+    )
+    for r in single_plan["resources"]:
+        parent = r.get("parent")
+        entry = {"urn": urn(r["urn"]), "custom": r["custom"], "type": r["type"], "id": "x" if r["custom"] else ""}
+        entry["parent"] = urn(parent) if parent and "pulumi:pulumi:Stack::" not in parent else root
+        resources.append(entry)
+    return {"version": 3, "deployment": {"manifest": {}, "resources": resources + list(extra)}}
+
+
+@pytest.fixture(scope="module")
+def plans(layered_env, tmp_path_factory):
+    from stacks.engine import evaluate_stack
+    from stacks.layered_plan import evaluate_layered
+
+    layered = {n: p.resources for n, p in evaluate_layered(ENV, layered_env / f"Pulumi.{ENV}.yaml").items()}
+    single_file = tmp_path_factory.mktemp("single") / f"Pulumi.{ENV}.yaml"
+    single_file.write_text(stack_file(inventory(100)))
+    single = json.loads(evaluate_stack(ENV, single_file).to_json())
+    plans_dir = tmp_path_factory.mktemp("plans")
+    for name, resources in layered.items():
+        (plans_dir / f"{name}.json").write_text(json.dumps({"resources": resources}))
+    return plans_dir, single
+
+
+def migrate(layered_env, plans, tmp_path, state: dict, back: bool = False) -> tuple[int, str]:
+    plans_dir, _ = plans
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    args = ["migrate", ENV, "--plans", str(plans_dir), "--state", str(tmp_path / "state.json")]
+    status, lines = run_cli(args + (["--back"] if back else []), layered_env)
+    return status, "\n".join(lines)
+
+
+def urn_of(line: str) -> str | None:
+    """The URN an argument line of a `pulumi state move` names (shell-quoted when it has a `$`)."""
+    text = line.strip().removesuffix("\\").strip().strip("'")
+    return text if line.startswith("  ") and text.startswith("urn:") else None
+
+
+def moved_urns(script: str) -> list[str]:
+    return [u for u in map(urn_of, script.splitlines()) if u]
+
+
+def test_migration_moves_every_resource_exactly_once(layered_env, plans, tmp_path):
+    _, single = plans
+    state = export_of(single)
+    status, script = migrate(layered_env, plans, tmp_path, state)
+    assert status == 0, script
+    lines = script.splitlines()
+    backup = lines.index(f"pulumi stack export --stack {ENV} --file {ENV}-single-backup.json")
+    first_move = next(i for i, line in enumerate(lines) if line.startswith("pulumi state move"))
+    check = lines.index(f"python -m stacks.orchestrate preview {ENV} --check --expect-create {ENV}-layered-creates.txt")
+    assert backup < first_move < check
+    # Created, not moved: what only the layered layout has (the Node-patching credential of the node groups).
+    creates = lines[lines.index(f"cat > {ENV}-layered-creates.txt <<'EOF'") + 1 : lines.index("EOF")]
+    assert sorted(creates) == sorted(
+        f"urn:pulumi:{ENV}-cluster::ml-platform::mlplatform:cluster:ClusterBootstrap${kind}::{name}"
+        for kind, name in (
+            ("kubernetes:core/v1:ServiceAccount", "cluster-node-labeller"),
+            ("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", "cluster-node-labeller"),
+            ("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding", "cluster-node-labeller"),
+            ("kubernetes:core/v1:Secret", "cluster-node-labeller-token"),
+        )
+    )
+    # The commands replayed on the export the way `pulumi state move` works: each resource once, in its stack.
+    order = [
+        s.name for s in layers.stack_specs(ENV, orchestrate.stack_settings(ENV, layered_env / f"Pulumi.{ENV}.yaml"))
+    ]
+    held = {s: [migration.engine_form(k) for k in ks] for s, ks in layers.assign(_plans(plans)).items()}
+    resources = {
+        migration.engine_form(migration.strip(r["urn"])): {"custom": r["custom"], "parent": None}
+        for rs in _plans(plans).values()
+        for r in rs
+    }
+    deployed = {migration.strip(r["urn"]) for r in state["deployment"]["resources"]}
+    received = migration.check(state, _replay(script, held, resources, order, deployed))
+    moved = sorted(k for ks in received.values() for k in ks)
+    assert len(moved) == len(set(moved)) == len(state["deployment"]["resources"]) - 2  # root and provider stay
+    assert {r["urn"] for r in state["deployment"]["resources"]} - {f"urn:pulumi:{ENV}::{k}" for k in moved} == set(
+        migration.stays(state)
+    )
+    # A top-level resource is named as the engine writes it: no root type in its type chain.
+    assert f"urn:pulumi:{ENV}::ml-platform::mlplatform:cluster:ClusterBootstrap::cluster" in moved_urns(script)
+
+
+def _plans(plans) -> dict:
+    plans_dir, _ = plans
+    return {p.stem: json.loads(p.read_text())["resources"] for p in sorted(plans_dir.glob("*.json"))}
+
+
+def _replay(script: str, held, resources, order, deployed) -> migration.Migration:
+    """The script's moves read back from its text (what an operator runs), with the plans' ownership."""
+    plan = migration.plan_migration(ENV, held, resources, order, deployed)
+    moves, current = [], None
+    for line in script.splitlines():
+        if line.startswith("pulumi state move"):
+            current = migration.Move(line.split("--dest ")[1].split()[0], [])
+            moves.append(current)
+        elif urn_of(line) and current is not None:
+            current.urns.append(urn_of(line))
+    plan.moves = moves
+    return plan
+
+
+def test_migration_refuses_a_state_with_resources_no_stack_holds(layered_env, plans, tmp_path, capsys):
+    _, single = plans
+    stray = {
+        "urn": f"urn:pulumi:{ENV}::ml-platform::command:remote:Command::old-step",
+        "custom": True,
+        "type": "command:remote:Command",
+        "parent": f"urn:pulumi:{ENV}::ml-platform::pulumi:pulumi:Stack::ml-platform-{ENV}",
+    }
+    status, _ = migrate(layered_env, plans, tmp_path, export_of(single, [stray]))
+    assert status == 2
+    assert "ml-platform::command:remote:Command::old-step: left behind in fleet" in capsys.readouterr().err
+
+
+def test_a_planned_resource_the_state_lacks_is_created_not_moved(layered_env, plans, tmp_path):
+    _, single = plans
+    state = export_of(single)
+    dropped = next(r for r in state["deployment"]["resources"] if r["type"] == "command:remote:Command")
+    state["deployment"]["resources"].remove(dropped)
+    status, script = migrate(layered_env, plans, tmp_path, state)
+    assert status == 0
+    assert dropped["urn"] not in moved_urns(script)
+    stack = next(line for line in script.splitlines() if line.endswith(migration.strip(dropped["urn"])))
+    assert stack.startswith(f"urn:pulumi:{ENV}-nodes-group-0") or stack.startswith(f"urn:pulumi:{ENV}-cluster")
+
+
+def test_migration_needs_the_state(layered_env, plans, capsys):
+    plans_dir, _ = plans
+    status, _ = run_cli(["migrate", ENV, "--plans", str(plans_dir)], layered_env)
+    assert status == 2
+    assert f"give --state, the single stack's state (`pulumi stack export --stack {ENV} --file FILE`)" in (
+        capsys.readouterr().err
+    )
+
+
+def test_moves_run_deepest_first_or_a_parent_takes_other_stacks_children(layered_env, plans):
+    _, single = plans
+    state = export_of(single)
+    held = {s: [migration.engine_form(k) for k in ks] for s, ks in layers.assign(_plans(plans)).items()}
+    parents = {r["urn"]: r.get("parent") for r in state["deployment"]["resources"]}
+    resources = {
+        migration.strip(u): {"custom": True, "parent": migration.strip(p) if p else None} for u, p in parents.items()
+    }
+    for r in state["deployment"]["resources"]:
+        resources[migration.strip(r["urn"])]["custom"] = r["custom"]
+    order = list(held)
+    deployed = set(resources)
+    plan = migration.plan_migration(ENV, held, resources, order, deployed)
+    assert migration.check(state, plan)
+    shallow_first = migration.Migration(ENV, list(reversed(plan.moves)), plan.owner, plan.parents)
+    # Shallowest first, a component takes along children that other stacks hold, and their own moves find nothing.
+    with pytest.raises(migration.MigrationError, match="no resources found to move to fleet-platform"):
+        migration.check(state, shallow_first)
+
+
+def test_going_back_moves_each_layered_stacks_resources_into_the_single_stack(layered_env, plans, tmp_path):
+    _, single = plans
+    status, script = migrate(layered_env, plans, tmp_path, export_of(single), back=True)
+    assert status == 0
+    sources = [line.split("--source ")[1].split()[0] for line in script.splitlines() if "state move" in line]
+    assert sources[0] == f"{ENV}-platform" and sources[-1] == f"{ENV}-cluster"
+    assert all(f"--dest {ENV} " in line for line in script.splitlines() if "state move" in line)
+    assert "pulumi stack export" not in script
