@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from settings.quantities import parse_quantity
-from stacks.diff.core import ABSENT, SECRET, Change, DangerClass, Entry, Sides
+from stacks.diff.core import ABSENT, SECRET, Change, DangerClass, Entry, Sides, command_env
 
 When = Callable[[list[Change]], bool]
 
@@ -250,6 +250,19 @@ KINDS: dict[str, KindEffects] = {
         Effect("the host is deleted and created again in Zabbix: its history is lost"),
         Effect("the host's monitoring and its history are deleted", by="hosts minio"),
     ),
+    # components/monitoring/host_set.py: a set is never replaced; an update deletes the hosts that left it
+    "pulumi-python:dynamic/zabbix:HostSet": KindEffects(
+        Effect(
+            "hosts that left the set are deleted from Zabbix with their history",
+            when=narrowed("spec.hosts"),
+            by="hosts minio",
+        ),
+        Effect("the hosts are adopted by the new set (history kept)", danger=False),
+        Effect("every host the set holds is deleted from Zabbix with its history"),
+    ),
+    "pulumi-python:dynamic/zabbix:HostClaim": KindEffects(
+        quiet("marks which set holds its hosts"), quiet("marks its hosts again"), quiet("its marks are left")
+    ),
     "pulumi-python:dynamic/zabbix:HostGroup": _zabbix("permissions and actions keyed to the group lose it"),
     "pulumi-python:dynamic/zabbix:MediaType": _zabbix("alerts stop reaching its channel (Slack, Mattermost)"),
     "pulumi-python:dynamic/zabbix:TemplateImport": _zabbix("items and triggers of the template leave its hosts"),
@@ -330,6 +343,20 @@ def kind_danger(sides: Sides, worded: frozenset[str] = frozenset()) -> list[str]
     return out
 
 
+def _hosts_of(sides: Sides, entry: Entry) -> list[str]:
+    """The hosts a changed resource configures: a host step's node (or the agent host it installs), the agent hosts
+    a Zabbix host set holds (each gets the set's secrets: the agents' PSK)."""
+    if entry.type == "command:remote:Command":
+        inputs = (sides.after.get(entry.urn) or {}).get("inputs", {})
+        host = entry.host or command_env(inputs.get("create")).get("ZBX_HOSTNAME")
+        return [host] if host else []
+    if entry.type != "pulumi-python:dynamic/zabbix:HostSet":
+        return []
+    spec = (sides.after.get(entry.urn) or {}).get("inputs", {}).get("spec")
+    hosts = spec.get("hosts") if isinstance(spec, dict) else None
+    return list(hosts) if isinstance(hosts, dict) else []
+
+
 def rotation_danger(sides: Sides) -> list[str]:
     """Secret config values that changed (their digests in the plans) and how many resources carry the new value:
     a credential rotated on N hosts."""
@@ -338,7 +365,7 @@ def rotation_danger(sides: Sides) -> list[str]:
     if not keys:
         return []
     carrying = [e for e in sides.entries if e.action != "create" and any(SECRET in (c.old, c.new) for c in e.changes)]
-    hosts = sorted({e.host for e in carrying if e.host})
+    hosts = sorted({h for e in carrying for h in _hosts_of(sides, e)})
     by_type: dict[str, int] = {}
     for entry in carrying:
         short = entry.type.rsplit(":", 1)[-1]
