@@ -348,6 +348,10 @@ class ClusterSettings(Model):
     """The hosts' distribution family: package manager and chrony paths."""
     cis_profile: bool = False
     """RKE2 `profile: cis`, with the etcd user and sysctls it requires."""
+    bundled_ingress: bool = False
+    """RKE2's bundled ingress controller (ingress-nginx or Traefik, by version). Off: it runs in kube-system with
+    rights over every namespace, and an Ingress a team or an operator makes in a team namespace would open a path
+    to anything it reaches (docs/teams.md)."""
     oidc: Optional[Oidc] = None
     """The site's OIDC identity provider, trusted by the API server: teams log in as themselves (docs/teams.md). Unset:
     each team's CI credential comes from its own stack of the `teams/` program."""
@@ -387,6 +391,7 @@ class ClusterSettings(Model):
         "certificate_rotation": rerender("the admin kubeconfig is read again"),
         "os_family": replaces("every host's prepare step (packages and chrony paths), re-run on every host"),
         "cis_profile": rke2_restart(" with the CIS profile's etcd user and sysctls", "every node"),
+        "bundled_ingress": rke2_restart(": the bundled ingress chart is deployed, or removed", "servers"),
         "oidc": rke2_restart(": kube-apiserver's --oidc flags", "servers"),
         "drain_timeout_seconds": none("how long a removed node's drain may take"),
         "drain_on_remove": rerender("a removed node's delete step: false deletes it without draining its pods"),

@@ -173,6 +173,9 @@ def rke2_config(
                 "write-kubeconfig-mode": "0600",
             }
         )
+        if not cluster.bundled_ingress:
+            # RKE2's "Disabling Server Charts" (docs.rke2.io/advanced): neither bundled ingress controller runs.
+            config["disable"] = ["rke2-ingress-nginx", "rke2-traefik"]
         if cluster.system_default_registry:
             config["system-default-registry"] = cluster.system_default_registry
         if cluster.oidc is not None:

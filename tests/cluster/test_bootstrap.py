@@ -178,6 +178,8 @@ def test_rke2_config_uses_real_keys(prod_plan):
         "agent-token-file": "/etc/rancher/rke2/agent-token",
         "cluster-cidr": "10.42.0.0/16",
         "cni": "none",
+        # RKE2's bundled ingress controllers stay off (cluster.bundledIngress): no path past team NetworkPolicies.
+        "disable": ["rke2-ingress-nginx", "rke2-traefik"],
         "disable-kube-proxy": True,
         # Only these two etcd-s3 keys: with any other, RKE2 ignores the config Secret (MinioTier).
         "etcd-s3": True,
