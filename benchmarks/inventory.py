@@ -200,6 +200,14 @@ def inventory(
                 quota["lendingLimit"]["gpus"] = min(quota["lendingLimit"]["gpus"], quota["gpus"])
     # A site so small that every CPU node is a server or a storage host lets team pods share them (as the lab).
     tenant_nodes = any(n.get("role") == "cpu" and not n.get("controlPlane") and not n.get("osdDevices") for n in nodes)
+    # A team with an IPoIB pool of its own (prod's) gets one sized for every GPU node, after the shared pool.
+    block = ipoib["perNodeBlockSize"] * gpus
+    start = ipaddress.ip_network(ipoib["range"]).broadcast_address + 1
+    for team in scheduling["teams"]:
+        if team.get("ipoibRange"):
+            pool = _network(start, block)
+            team["ipoibRange"] = str(pool)
+            start = pool.broadcast_address + 1
     raw["scheduling"] = {**scheduling, "allowOvercommit": True, "tenantNodesOnly": tenant_nodes}
     return raw
 

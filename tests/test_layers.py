@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.inventory import inventory, stack_file
+from benchmarks.inventory import host_key, inventory, stack_file
 from settings import SettingsError, load
 from stacks import layers
 from stacks.engine import PROJECT, StackOutputs, evaluate_stack, load_stack_config, run
@@ -171,3 +171,55 @@ def test_node_groups_are_declared_sized_and_aligned_to_racks():
         node["topology"] = {"block": "b1", "rack": node["labels"]["ml-platform.io/rack"]}
     gpu[0]["group"] = "elsewhere"
     assert f"rack {gpu[0]['topology']['rack']!r} is split over groups" in _problems(raw)
+
+
+def _changed(before: dict, after: dict) -> dict[str, list[str]]:
+    """Stack -> the resources a change creates, updates, replaces or deletes there (`stacks.diff`)."""
+    from stacks import diff
+
+    changed = {}
+    for name in sorted(set(before) | set(after)):
+        old = json.loads(before[name].to_json()) if name in before else {"resources": []}
+        new = json.loads(after[name].to_json()) if name in after else {"resources": []}
+        entries = diff.compare(old, new).entries
+        if entries:
+            changed[name] = sorted(f"{e.action} {e.name}" for e in entries)
+    return changed
+
+
+def test_a_node_added_changes_its_own_group_and_at_most_one_platform_aggregate(plans, tmp_path):
+    """One CPU node, one storage host and one GPU node, each added alone: the node's group stack gains the
+    node's own steps; the platform stack changes one aggregate at most (its group's Zabbix host set); the
+    cluster stack and the other groups do not change."""
+    layered, _ = plans
+    raw = inventory(NODES, layout="layered")
+    agents = [n for n in raw["nodes"] if not n.get("controlPlane")]
+    cpu = next(n for n in agents if n["role"] == "cpu" and not n.get("osdDevices"))
+    storage = next(n for n in agents if n.get("osdDevices"))
+    gpu = next(n for n in agents if n["role"] == "gpu")
+    added = {
+        "cpu": {**cpu, "name": "cpu-new", "address": "10.20.3.40"},
+        "storage": {
+            **storage,
+            "name": "stor-new",
+            "address": "10.20.3.41",
+            "osdDevices": [{"device": "/dev/disk/by-id/wwn-0x5000c500ffff0001", "wipe": False}],
+        },
+        "gpu": {
+            **gpu,
+            "name": "gpu-new",
+            "address": "10.20.9.14",
+            "infiniband": {**gpu["infiniband"], "address": "10.30.0.200"},
+            "nvme": [{"device": "/dev/disk/by-id/nvme-NEW-0001", "format": True}],
+        },
+    }
+    for kind, node in added.items():
+        node["hostKey"] = host_key(node["name"])
+        (tmp_path / kind).mkdir()
+        after = evaluate_layered("fleet", _write(tmp_path / kind, "layered", {**raw, "nodes": [*raw["nodes"], node]}))
+        changed = _changed(layered, after)
+        group = f"fleet-nodes-{node['group']}"
+        assert set(changed) <= {group, "fleet-platform"}, f"{kind}: {sorted(changed)}"
+        assert all(entry.startswith("create ") and node["name"] in entry for entry in changed[group]), changed[group]
+        platform = changed.get("fleet-platform", [])
+        assert len(platform) <= 1 and all(e.startswith("update ") for e in platform), f"{kind}: {platform}"
