@@ -11,13 +11,17 @@ pod that reports (components/acceptance/checks/lib.sh). One row per check: the p
 worst wins), the Job's state, when it started and ended, and the run (`acceptance.run`) it belongs to. A check
 without a result line failed; its Job says why: it hit its deadline (pods not scheduled in time, or a run
 that did not end), its pod failed before reporting (crashed: the pod's log says why), it is still queued or
-running, or it is gone. Exit status 1 when a check that is not advisory failed, naming it and its node; 0
-otherwise (advisory failures are listed, marked advisory; skipped checks are listed with the reason).
+running, or it is gone. Each record's status is derived from its evidence (components/acceptance/checks/evidence.py),
+not taken from what it claims; a record that ended before its Job started is stale (unverified). Exit status 1
+when a check that is not advisory failed, naming it and its node; 3 when none failed but one is skipped or
+unverified, or none passed at all (all skipped: non-zero); 0 when every check passed (advisory failures are
+listed, marked advisory). The gang check's row shows its PodGroup's phase (Volcano).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import subprocess
 import sys
@@ -27,15 +31,21 @@ from typing import Any, Optional
 
 from stacks.cli import emit
 
+EVIDENCE = Path(__file__).resolve().parent.parent / "components" / "acceptance" / "checks" / "evidence.py"
+
 MARK = "ACCEPTANCE "
-ORDER = {"failed": 0, "no result": 1, "skipped": 2, "passed": 3}
+ORDER = {"failed": 0, "no result": 1, "unverified": 2, "skipped": 3, "passed": 4}
+# The verdict rule the checks and the driver apply (a file the driver's program carries, so not a package).
+_spec = importlib.util.spec_from_file_location("acceptance_evidence", EVIDENCE)
+evidence = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+_spec.loader.exec_module(evidence)  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True)
 class Result:
     check: str
     node: str
-    status: str  # passed / failed / skipped / no result
+    status: str  # passed / failed / skipped / unverified / no result
     advisory: bool
     value: str = ""
     floor: str = ""
@@ -49,6 +59,10 @@ class Result:
     @property
     def blocking(self) -> bool:
         return self.status in ("failed", "no result") and not self.advisory
+
+    @property
+    def green(self) -> bool:
+        return self.status == "passed"
 
 
 def job_state(job: Optional[dict[str, Any]]) -> tuple[str, str, str, str]:
@@ -77,50 +91,91 @@ def job_state(job: Optional[dict[str, Any]]) -> tuple[str, str, str, str]:
     return "Running", "the Job is still running", started, ended
 
 
+def judged(row: dict, job_started: str) -> tuple[str, str]:
+    """A record's status derived from its evidence (evidence.py), never taken from what it says of itself; a record
+    that ended before its Job started is stale (a log of an earlier run): unverified."""
+    status, why = evidence.verdict(row)
+    ended = (row.get("evidence") or {}).get("ended", "") if isinstance(row.get("evidence"), dict) else ""
+    if status == "passed" and job_started and ended and ended < job_started:
+        return "unverified", f"stale: the record ended {ended}, before its Job started ({job_started})"
+    return status, why
+
+
 def parse(check_id: str, meta: dict[str, str], log: str, job: Optional[dict[str, Any]] = None) -> Result:
-    """One check's row: its pods' result lines together (the worst status wins), with its Job's state."""
+    """One check's row: its pods' records together (the worst status wins), with its Job's state."""
     advisory = meta.get("advisory") == "true"
     state, why, started, ended = job_state(job) if job is not None or meta.get("jobRead") else ("", "", "", "")
-    rows = [json.loads(line[len(MARK) :]) for line in log.splitlines() if line.startswith(MARK)]
+    rows = evidence.records(log)
     common = dict(job_state=state, started=started, ended=ended, run=meta.get("run", ""))
     if not rows:
         detail = f"no result from Job {meta.get('namespace', '?')}/{meta.get('job', '?')}: " + (
             why or "its pods did not run to the end, or the Job is gone"
         )
         return Result(check_id, meta.get("node", ""), "no result", advisory, detail=detail, **common)
-    worst = min(rows, key=lambda r: ORDER.get(r["status"], 0))
-    detail = worst.get("detail", "")
+    judgements = [judged(row, started) for row in rows]
+    status = evidence.worst(status for status, _ in judgements)
+    worst_row, (_, reason) = next((r, j) for r, j in zip(rows, judgements, strict=True) if j[0] == status)
+    detail = str(worst_row.get("detail", ""))
+    if reason and reason not in detail:
+        detail += f" ({status}: {reason})"
     if len(rows) > 1:
-        detail += f" ({len(rows)} pods reported, {sum(r['status'] == 'passed' for r in rows)} passed)"
+        detail += f" ({len(rows)} pods reported, {sum(j[0] == 'passed' for j in judgements)} passed)"
+    if meta.get("podGroupPhase"):
+        detail += f"; PodGroup {meta.get('podGroup', '')} phase {meta['podGroupPhase']}"
     return Result(
-        check=worst.get("check", check_id),
-        node=worst.get("node") or meta.get("node", ""),
-        status=worst["status"],
+        check=str(worst_row.get("check", check_id)),
+        node=str(worst_row.get("node") or meta.get("node", "")),
+        status=status,
         advisory=advisory,
-        value=worst.get("value", ""),
-        floor=worst.get("floor", ""),
-        unit=worst.get("unit", ""),
+        value=str(worst_row.get("value", "")),
+        floor=str(worst_row.get("floor", "")),
+        unit=str(worst_row.get("unit", "")),
         detail=detail,
         **common,
     )
 
 
+def summary(results: list[Result]) -> str:
+    """The summary line: every state counted; what is not green said first."""
+    count = {s: sum(r.status == s for r in results) for s in ORDER}
+    failed = sum(r.blocking for r in results)
+    advisory = sum(r.status in ("failed", "no result") and r.advisory for r in results)
+    line = (
+        f"{len(results)} checks: {count['passed']} passed, {failed} failed, {advisory} failed (advisory), "
+        f"{count['skipped']} skipped, {count['unverified']} unverified."
+    )
+    if not results:
+        return line + " No check reported: nothing was measured."
+    if count["passed"] == 0:
+        return line + " None passed: nothing was measured."
+    if count["skipped"] or count["unverified"]:
+        return line + " Skipped and unverified checks are not passed; the next `up` runs them again."
+    return line
+
+
+def exit_status(results: list[Result]) -> int:
+    """1: a check that is not advisory failed (or has no result). 3: none failed, but something is not green (a
+    check skipped or unverified, or none passed at all). 0: every check passed (advisory failures aside)."""
+    if any(r.blocking for r in results):
+        return 1
+    if not any(r.green for r in results):
+        return 3
+    if any(r.status in ("skipped", "unverified") and not r.advisory for r in results):
+        return 3
+    return 0
+
+
 def report(results: list[Result]) -> str:
-    failed = [r for r in results if r.blocking]
-    advisory = [r for r in results if r.status in ("failed", "no result") and r.advisory]
-    passed = sum(r.status == "passed" for r in results)
-    skipped = sum(r.status == "skipped" for r in results)
     lines = [
         "# Acceptance checks",
         "",
-        f"{len(results)} checks: {passed} passed, {len(failed)} failed, {len(advisory)} failed (advisory), "
-        f"{skipped} skipped.",
+        summary(results),
         "",
         "| check | node | result | measured | floor | Job | started | ended | run | detail |",
         "|---|---|---|---:|---:|---|---|---|---:|---|",
     ]
     for r in sorted(results, key=lambda r: (not r.blocking, ORDER.get(r.status, 0), r.check, r.node)):
-        status = f"{r.status} (advisory)" if r.advisory and r.status in ("failed", "no result") else r.status
+        status = f"{r.status} (advisory)" if r.advisory and not r.green else r.status
         measured = f"{r.value} {r.unit}".strip()
         floor = f"{r.floor} {r.unit}".strip() if r.floor else ""
         lines.append(
@@ -160,6 +215,9 @@ def collect_live(stack: str) -> list[Result]:
             capture_output=True,
             text=True,
         )
+        if meta.get("podGroup"):
+            group = _kubectl_json("get", "podgroups.scheduling.volcano.sh", "-n", meta["namespace"], meta["podGroup"])
+            meta = {**meta, "podGroupPhase": ((group or {}).get("status") or {}).get("phase", "") or "gone"}
         results.append(parse(check_id, {**meta, "jobRead": "true"}, logs.stdout, job))
     return results
 
@@ -190,9 +248,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     text = report(results)
     emit(text, args.out)
     for r in results:
-        if r.blocking:
-            print(f"acceptance check {r.check} failed on {r.node or '?'}: {r.detail}", file=sys.stderr)
-    return 1 if any(r.blocking for r in results) else 0
+        if not r.green and not r.advisory:
+            word = "failed" if r.blocking else r.status
+            print(f"acceptance check {r.check} {word} on {r.node or '?'}: {r.detail}", file=sys.stderr)
+    return exit_status(results)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ GANG_PODS = 2
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 VOLCANO_API = "scheduling.volcano.sh/v1beta1"
 GANG_QUEUE = "acceptance"
+GANG_JOB = "acceptance-gang"
 
 
 def storage_check(checks: AcceptanceChecks) -> None:
@@ -85,7 +86,7 @@ def storage_check(checks: AcceptanceChecks) -> None:
             },
             # Tier 1: a driver runs the check as a worker pod and deletes it at the end, so the whole NVMe its
             # ephemeral volume claims is released then (a finished Job keeps its pod, and the pod its claim).
-            driven=Driven() if on_gpu else None,
+            driven=Driven(storage_class=class_name) if on_gpu else None,
         )
     s3 = checks.args.s3
     if s3 is not None:
@@ -209,7 +210,20 @@ def gang_check(checks: AcceptanceChecks) -> None:
         spec={"minMember": GANG_PODS, "queue": "default"},
         opts=opts,
     )
-    checks.extra_deps["gang"] = [local_queue, group]
+    # The gang's pods see each other placed through this headless Service: a pod's `<job>-<i>.<service>` name
+    # exists as soon as it has an address (publishNotReadyAddresses), which is the evidence gang.sh looks for.
+    service = k8s.core.v1.Service(
+        f"{checks.resource_name}-gang-peers",
+        metadata={"name": GANG_JOB, "namespace": checks.home},
+        spec={
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {"ml-platform.io/check": "gang"},
+            "ports": [{"name": "peers", "port": 9}],
+        },
+        opts=opts,
+    )
+    checks.extra_deps["gang"] = [local_queue, group, service]
     container = {
         "name": "check",
         "image": settings.tools_image,
@@ -219,6 +233,10 @@ def gang_check(checks: AcceptanceChecks) -> None:
             {"name": "PODS", "value": str(GANG_PODS)},
             {"name": "SCHEDULER", "value": "volcano"},
             {"name": "POD_GROUP", "value": name},
+            {"name": "JOB_NAME", "value": GANG_JOB},
+            {"name": "SUBDOMAIN", "value": GANG_JOB},
+            # Peers wait until two minutes before the Job's deadline, so the pod still reports.
+            {"name": "WAIT", "value": str(max(30, settings.scheduling.timeout_seconds - 120))},
         ],
         "resources": RESOURCES["gang"],
         "securityContext": RESTRICTED,
@@ -233,7 +251,23 @@ def gang_check(checks: AcceptanceChecks) -> None:
         pods=GANG_PODS,
         queue=GANG_QUEUE,
         pod_annotations={VOLCANO_GROUP_ANNOTATION: name},
-        extra={"schedulerName": "volcano", "nodeSelector": {"ml-platform.io/role": "cpu"}},
+        extra={
+            "schedulerName": "volcano",
+            "subdomain": GANG_JOB,
+            "nodeSelector": {"ml-platform.io/role": "cpu"},
+            # One pod per node: the gang needs GANG_PODS nodes at once, and Volcano places none of its pods until
+            # it can place all (a scheduler without gangs would place one and leave the other pending).
+            "affinity": {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "labelSelector": {"matchLabels": {"ml-platform.io/check": "gang"}},
+                            "topologyKey": "kubernetes.io/hostname",
+                        }
+                    ]
+                }
+            },
+        },
     )
 
 

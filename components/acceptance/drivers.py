@@ -5,7 +5,8 @@ it creates in the platform namespace and deletes when the check ends.
 Its rights, bound to the ServiceAccount `acceptance-driver` of the platform namespace: in that namespace only,
 create, read and delete pods and read their logs (its workers); cluster-wide, read only what it must look at
 before taking GPUs: a Node (`get`), the pods bound to it (`list`: they may be in any namespace) and the GPU
-Operator's ClusterPolicies (`list`). It can change nothing outside the platform namespace."""
+Operator's ClusterPolicies (`list`), and the PersistentVolumes (`list`: whether a tier-1 disk is free). It can change
+nothing outside the platform namespace."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ CLUSTER_RULES = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     {"apiGroups": ["nvidia.com"], "resources": ["clusterpolicies"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["list"]},
 ]
 # Seconds left at the end of the Job for the driver to report and delete its workers.
 MARGIN = 30
@@ -51,10 +53,14 @@ class Driven:
     nodes: tuple[str, ...] = ()
     gpus: int = 0
     rendezvous: str = ""
+    storage_class: str = ""
+    """The local volumes' class: the driver skips the check when every one of them is claimed."""
 
 
 def driver_program() -> str:
-    return (Path(__file__).parent / "checks" / "driver.py").read_text()
+    """The driver with the verdict rule it applies (checks/evidence.py) before it: one file, one program."""
+    checks = Path(__file__).parent / "checks"
+    return (checks / "evidence.py").read_text() + "\n\n" + (checks / "driver.py").read_text()
 
 
 def policy_wait(timeout: int) -> int:
@@ -117,6 +123,7 @@ def driver_pod_spec(
             {"name": "GPUS", "value": str(driven.gpus)},
             {"name": "RENDEZVOUS", "value": driven.rendezvous},
             *([{"name": "RENDEZVOUS_SERVICE", "value": RENDEZVOUS_SERVICE}] if driven.rendezvous else []),
+            *([{"name": "STORAGE_CLASS", "value": driven.storage_class}] if driven.storage_class else []),
             {"name": "DEADLINE", "value": str(timeout - MARGIN)},
             {"name": "POLICY_WAIT", "value": str(policy_wait(timeout))},
             {"name": "SCHEDULE_WAIT", "value": str(SCHEDULE_WAIT)},

@@ -377,7 +377,12 @@ def test_driven_checks_are_the_gpu_checks_and_tier1_and_their_driver_has_minimal
     ]
     assert cluster_role["inputs"]["rules"] == CLUSTER_RULES
     assert {v for r in CLUSTER_RULES for v in r["verbs"]} <= {"get", "list"}
-    assert {res for r in CLUSTER_RULES for res in r["resources"]} == {"nodes", "pods", "clusterpolicies"}
+    assert {res for r in CLUSTER_RULES for res in r["resources"]} == {
+        "nodes",
+        "pods",
+        "clusterpolicies",
+        "persistentvolumes",
+    }
     for kind in ("RoleBinding", "ClusterRoleBinding"):
         [binding] = [
             b

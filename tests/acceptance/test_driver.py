@@ -57,6 +57,7 @@ class FakeKube:
         self.created: dict[str, dict] = {}
         self.deleted: list[str] = []
         self.tokens: set[str] = set()
+        self.volumes: list[dict] = []
 
     def handle(self, method: str, url: str, body: Optional[dict]) -> tuple[int, object]:
         path, query = urlparse(url).path, parse_qs(urlparse(url).query)
@@ -70,6 +71,8 @@ class FakeKube:
                 p for p in self.pods + [c["pod"] for c in self.created.values()] if p["spec"].get("nodeName") == on
             ]
             return 200, {"items": bound}
+        if path == "/api/v1/persistentvolumes":
+            return 200, {"items": self.volumes}
         if path == "/apis/nvidia.com/v1/clusterpolicies":
             return 200, {"items": self.policies}
         if path == f"/api/v1/namespaces/{HOME}/pods" and method == "POST":
@@ -164,7 +167,17 @@ def worker_spec() -> dict:
     }
 
 
-SMI = 'i=0; while [ $i -lt 8 ]; do echo "${STUB_DRIVER}"; i=$((i+1)); done\n'
+SMI = (
+    'i=0; while [ $i -lt 8 ]; do echo "$i, GPU-1d2b6f5a-7c3e-4b8e-9a1f-0000000000$((10 + i)), NVIDIA H100 80GB HBM3, '
+    '${STUB_DRIVER}"; i=$((i+1)); done\n'
+)
+
+
+def record(check: str, node: str, value: str, floor: str, unit: str, **evidence: object) -> str:
+    """A worker's passed record with positive evidence (what lib.sh prints), `evidence` overriding parts of it."""
+    found = {"measured": "test", "amounts": {}, "durations_ms": {"run": "1200"}, "digests": {}, **evidence}
+    row = {"check": check, "node": node, "claim": "passed", "status": "passed", "value": value, "floor": floor}
+    return "ACCEPTANCE " + json.dumps({**row, "unit": unit, "advisory": False, "detail": "ok", "evidence": found})
 
 
 def busybox_worker(tmp_path: Path, driver_version: str = "595.91.07", program: Optional[str] = None) -> Callable:
@@ -197,7 +210,7 @@ def busybox_worker(tmp_path: Path, driver_version: str = "595.91.07", program: O
 def test_a_cordoned_node_is_skipped_with_the_reason_and_its_gpus_are_not_taken(tmp_path):
     kube = FakeKube([node("gpu-07", cordoned=True)])
     proc = run_driver(tmp_path, kube)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 3, proc.stderr  # not passed: the Job is not Complete, the next `up` runs it again
     result = result_line(proc)
     assert result["status"] == "skipped" and result["node"] == "gpu-07"
     assert "gpu-07 is cordoned (spec.unschedulable)" in result["detail"]
@@ -214,7 +227,7 @@ def test_gpus_in_use_by_another_pod_skip_the_check_naming_the_pod(tmp_path):
     ]
     kube = FakeKube([node("gpu-07")], pods)
     proc = run_driver(tmp_path, kube)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 3, proc.stderr
     result = result_line(proc)
     assert result["status"] == "skipped"
     assert result["detail"] == "GPUs of gpu-07 in use by llm-train/train-0 (2): not taken"
@@ -291,14 +304,14 @@ def test_an_nccl_pair_with_a_skipped_node_is_skipped_and_a_free_pair_gets_its_re
     rendezvous = "acceptance-nccl-ib-gpu-03-gpu-07"
     busy = FakeKube([node("gpu-03"), node("gpu-07", cordoned=True)])
     skipped = run_driver(tmp_path, busy, **pair, RENDEZVOUS=rendezvous, RENDEZVOUS_SERVICE="nccl-rendezvous")
-    assert skipped.returncode == 0 and result_line(skipped)["status"] == "skipped"
+    assert skipped.returncode == 3 and result_line(skipped)["status"] == "skipped"
     assert result_line(skipped)["node"] == "gpu-03,gpu-07" and "gpu-07 is cordoned" in result_line(skipped)["detail"]
     assert not busy.created
 
     def torchrun(created: dict) -> tuple[str, str]:
         index = next(e["value"] for e in created["spec"]["containers"][0]["env"] if e["name"] == "JOB_COMPLETION_INDEX")
-        line = '{"check":"nccl-ib-gpu-03-gpu-07","node":"gpu-03,gpu-07","status":"passed","detail":"42.5 GB/s"}'
-        return "Succeeded", f"ACCEPTANCE {line}\n" if index == "0" else "rank 1 done\n"
+        line = record("nccl-ib-gpu-03-gpu-07", "gpu-03,gpu-07", "42.5", "40.0", "GB/s")
+        return "Succeeded", f"{line}\n" if index == "0" else "rank 1 done\n"
 
     free = FakeKube([node("gpu-03"), node("gpu-07")], run_worker=torchrun)
     proc = run_driver(tmp_path, free, **pair, RENDEZVOUS=rendezvous, RENDEZVOUS_SERVICE="nccl-rendezvous")
@@ -316,8 +329,8 @@ def test_an_nccl_pair_with_a_skipped_node_is_skipped_and_a_free_pair_gets_its_re
 
 def test_the_tier1_worker_is_deleted_at_the_end_so_its_claim_is_released(tmp_path):
     # No NODES: no GPU taken, so no node is looked at; one worker, wherever the scheduler puts it; deleted at the end.
-    line = '{"check":"storage-tier1","node":"tier1-nvme","status":"passed","detail":"write 900 MiB/s"}'
-    kube = FakeKube([], policies=[], run_worker=lambda created: ("Succeeded", f"ACCEPTANCE {line}\n"))
+    line = record("storage-tier1", "tier1-nvme", "900", "100", "MiB/s")
+    kube = FakeKube([], policies=[], run_worker=lambda created: ("Succeeded", f"{line}\n"))
     proc = run_driver(tmp_path, kube, CHECK="storage-tier1", NODE="tier1-nvme", NODES="", GPUS="0")
     assert proc.returncode == 0 and result_line(proc)["status"] == "passed", proc.stderr
     [worker] = [c["pod"] for c in kube.created.values()]
@@ -348,7 +361,49 @@ def test_the_report_counts_a_skipped_gpu_check_as_skipped_not_failed(tmp_path, c
     meta = {"job": "acceptance-gpu-gpu-07", "namespace": HOME, "node": "gpu-07", "advisory": "false", "run": "0"}
     checks = tmp_path / "checks.json"
     checks.write_text(json.dumps({"gpu-gpu-07": meta}))
-    assert acceptance_report.main(["--checks", str(checks), "--logs", str(logs)]) == 0
+    assert acceptance_report.main(["--checks", str(checks), "--logs", str(logs)]) == 3
     out = capsys.readouterr().out
-    assert "1 checks: 0 passed, 0 failed, 0 failed (advisory), 1 skipped." in out
+    assert "1 checks: 0 passed, 0 failed, 0 failed (advisory), 1 skipped, 0 unverified. None passed" in out
     assert ("cordoned" if cordoned else "in use by vision/a (1)") in out
+
+
+def test_tier1_is_skipped_when_every_disk_is_claimed_and_fails_when_there_is_none(tmp_path):
+    def volumes(*phases: str) -> list[dict]:
+        return [{"spec": {"storageClassName": "tier1-nvme"}, "status": {"phase": p}} for p in phases]
+
+    env = dict(CHECK="storage-tier1", NODE="tier1-nvme", NODES="", GPUS="0", STORAGE_CLASS="tier1-nvme")
+    claimed = FakeKube([], policies=[], run_worker=lambda created: ("Succeeded", "never run\n"))
+    claimed.volumes = volumes("Bound", "Bound", "Released")
+    proc = run_driver(tmp_path, claimed, **env)
+    assert proc.returncode == 3 and result_line(proc)["status"] == "skipped", proc.stderr
+    assert "every tier1-nvme volume is claimed (3: Bound, Released)" in result_line(proc)["detail"]
+    assert not claimed.created
+    none = FakeKube([], policies=[])
+    none.volumes = volumes()
+    proc = run_driver(tmp_path, none, **env)
+    assert proc.returncode == 1 and "no PersistentVolume of StorageClass tier1-nvme" in result_line(proc)["detail"]
+    free = FakeKube(
+        [], policies=[], run_worker=lambda c: ("Succeeded", record("storage-tier1", "", "900", "100", "MiB/s"))
+    )
+    free.volumes = volumes("Bound", "Available")
+    assert run_driver(tmp_path, free, **env).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("log", "status"),
+    [
+        # A worker that claims a pass without a duration for its rate.
+        (record("storage-tier1", "", "900", "100", "MiB/s", durations_ms={}), "unverified"),
+        # One that wrote part of what was asked.
+        (record("storage-tier1", "", "900", "100", "MiB/s", amounts={"bytes": "1"}, expected={"bytes": "2"}), "failed"),
+        # One whose line is cut off.
+        ('ACCEPTANCE {"check":"storage-tier1","claim":"pass', "failed"),
+        # A decimal comma in the value.
+        (record("storage-tier1", "", "900,5", "100", "MiB/s"), "unverified"),
+    ],
+)
+def test_the_driver_judges_its_workers_by_their_evidence(tmp_path, log, status):
+    kube = FakeKube([], policies=[], run_worker=lambda created: ("Succeeded", log + "\n"))
+    proc = run_driver(tmp_path, kube, CHECK="storage-tier1", NODE="tier1-nvme", NODES="", GPUS="0")
+    assert proc.returncode == {"failed": 1, "unverified": 3}[status], proc.stdout + proc.stderr
+    assert f"acceptance check storage-tier1 {status}" in proc.stderr

@@ -111,7 +111,9 @@ def test_s3_round_trip_against_a_real_s3_server_timed_in_milliseconds(tmp_path):
 # ---------------------------------------------------------------------------------------------- GPU
 
 SMI = """case "$*" in
-  *--query-gpu=driver_version*) i=0; while [ $i -lt ${STUB_GPUS} ]; do echo "${STUB_DRIVER}"; i=$((i+1)); done ;;
+  *--query-gpu=index,uuid,name,driver_version*) i=0; while [ $i -lt ${STUB_GPUS} ]; do
+      echo "$i, GPU-1d2b6f5a-7c3e-4b8e-9a1f-0000000000$((10 + i)), NVIDIA H100 80GB HBM3, ${STUB_DRIVER}"
+      i=$((i+1)); done ;;
   *) echo "unexpected: $*" >&2; exit 2 ;;
 esac
 """
@@ -190,15 +192,17 @@ NCCL_INFO = {
 }
 
 
-def nccl_output(rows: list[tuple[int, float]], wrong: int = 0, transport: str = "ib") -> str:
+def nccl_output(rows: list[tuple[int, float]], wrong: int = 0, transport: str = "ib", ranks: int = 16) -> str:
     table = [f"{size:12d} {100.0:13.1f} {bw / 1.875:12.2f} {bw:12.2f} {0:7d}" for size, bw in rows]
     plateau = [bw for size, bw in rows if size >= 256 << 20]
     return "\n".join(
         [
             *NCCL_INFO[transport],
             "# Nodes : gpu-03,gpu-07",
+            f"# Ranks : {ranks}",
             "#       size      time(us)  algbw(GB/s)  busbw(GB/s)  #wrong",
             *table,
+            f"# Elements checked : {sum(size // 4 * ranks for size, _ in rows)}",
             f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}",
             f"# Avg bus bandwidth    : {sum(bw for _, bw in rows) / len(rows):.3f}",
             f"# Plateau bus bandwidth : {sum(plateau) / len(plateau):.3f} ({len(plateau)} sizes from 268435456 B)",
@@ -261,11 +265,20 @@ def test_nccl_without_a_result_or_a_run_fails_and_the_second_pod_does_not_report
 # --------------------------------------------------------------------------------------------- gang
 
 
-def test_gang_check_reports_the_queue_and_the_scheduler(tmp_path):
-    env = dict(CHECK="gang", QUEUE="acceptance", PODS="2", SCHEDULER="volcano", POD_GROUP="acceptance-gang")
-    proc = run_check("gang.sh", tmp_path, **env)
-    detail = result_line(proc)["detail"]
-    assert proc.returncode == 0 and "LocalQueue acceptance, placed by volcano as PodGroup acceptance-gang" in detail
+def gang(tmp_path, resolvable: str, **env):
+    nslookup = f'case "$1" in {resolvable}) echo "Address: 10.42.0.9" ;; *) echo "no $1" >&2; exit 1 ;; esac\n'
+    base = dict(CHECK="gang", QUEUE="acceptance", PODS="3", SCHEDULER="volcano", POD_GROUP="acceptance-gang")
+    base.update(JOB_NAME="acceptance-gang", SUBDOMAIN="acceptance-gang", WAIT="1", RETRY_EVERY="1")
+    return run_check("gang.sh", tmp_path, {"nslookup": nslookup}, **{**base, **env})
+
+
+def test_gang_check_passes_only_when_it_sees_every_peer_placed(tmp_path):
+    every = gang(tmp_path, "acceptance-gang-[12].acceptance-gang", JOB_COMPLETION_INDEX="0")
+    detail = result_line(every)["detail"]
+    assert every.returncode == 0 and "LocalQueue acceptance, placed by volcano as PodGroup acceptance-gang" in detail
+    assert result_line(every)["evidence"]["amounts"]["peers_seen"] == "2"
+    alone = gang(tmp_path, "acceptance-gang-1.acceptance-gang", JOB_COMPLETION_INDEX="0")
+    assert alone.returncode == 1 and "ran without its peers: acceptance-gang-2.acceptance-gang" in alone.stderr
 
 
 def test_the_nccl_program_carries_allreduce_py_to_torchrun(tmp_path):
@@ -273,7 +286,7 @@ def test_the_nccl_program_carries_allreduce_py_to_torchrun(tmp_path):
     copy = tmp_path / "given.py"
     torchrun = (
         f'for a in "$@"; do case $a in *allreduce.py) cp "$a" {copy} ;; esac; done\n'
-        f"cat <<'END'\n{nccl_output(HEALTHY)}\nEND\n"
+        f"cat <<'END'\n{nccl_output(HEALTHY, ranks=8)}\nEND\n"
     )
     env = dict(CHECK="nccl-nvlink", NODE="gpu-01", FLOOR_GBS="100", NPROC="8", EXPECT_TRANSPORT="")
     proc = run_check("nccl.sh", tmp_path, {"torchrun": torchrun}, **env)

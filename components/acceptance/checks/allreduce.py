@@ -36,7 +36,7 @@ def main() -> None:
         print(f"# Nodes : {','.join(sorted(set(nodes)))}")
         print(f"# Ranks : {world}")
         print("#       size      time(us)  algbw(GB/s)  busbw(GB/s)  #wrong")
-    sizes, rows, wrong_total = [], [], 0
+    sizes, rows, wrong_total, checked = [], [], 0, 0
     size = 8 << 20
     while size <= largest:
         sizes.append(size)
@@ -48,6 +48,7 @@ def main() -> None:
         dist.all_reduce(wrong)  # every rank's wrong elements
         wrong_count = int(wrong.item())
         wrong_total += wrong_count
+        checked += (size // 4) * world
         for _ in range(warmup):  # as nccl-tests does
             dist.all_reduce(data)
         torch.cuda.synchronize()
@@ -64,6 +65,7 @@ def main() -> None:
     if rank == 0:
         busbws = [b for _, b in rows]
         top = [b for s, b in rows if s >= plateau] or busbws[-1:]
+        print(f"# Elements checked : {checked}")
         print(f"# Out of bounds values : {wrong_total} {'OK' if wrong_total == 0 else 'FAILED'}")
         print(f"# Avg bus bandwidth    : {sum(busbws) / len(busbws):.3f}")
         print(f"# Plateau bus bandwidth : {sum(top) / len(top):.3f} ({len(top)} sizes from {min(plateau, largest)} B)")

@@ -19,11 +19,13 @@ pod (deleted with it), bounded by the time the Job has left. Its log, with its `
 here, where the report reads it. The workers are deleted at the end, whatever the result (a generic
 ephemeral volume goes with its pod: the claim on a disk ends with the check).
 
-Parameters: CHECK NODE ADVISORY NAMESPACE POD_NAME POD_UID WORKER NODES GPUS RENDEZVOUS RENDEZVOUS_SERVICE
+With STORAGE_CLASS (the tier-1 check), a check whose every local volume of that class is claimed is skipped
+before a worker is made (its claim could not bind). The verdict is derived from the workers' evidence records
+(evidence.py, pasted before this file): skipped and unverified exit 3, so the Job is not Complete.
+
+Parameters: CHECK NODE ADVISORY NAMESPACE POD_NAME POD_UID WORKER NODES GPUS RENDEZVOUS RENDEZVOUS_SERVICE STORAGE_CLASS
   DEADLINE POLICY_WAIT SCHEDULE_WAIT RETRY_EVERY API TOKEN_FILE CA_FILE (the last three: the in-cluster defaults)
 """
-
-from __future__ import annotations
 
 import json
 import os
@@ -34,6 +36,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+
+if "verdict" not in globals():  # run on its own, not as drivers.driver_program() assembles it
+    from evidence import EXIT, records, verdict, worst
 
 GPU = "nvidia.com/gpu"
 WORKER_LABEL = "ml-platform.io/acceptance"
@@ -78,15 +83,24 @@ class Api:
             raise CheckEnd("failed", f"cannot read {what}: {error}") from None
 
 
+def exit_status(status: str) -> int:
+    """lib.sh's rule: passed 0, failed 1, skipped and unverified 3 (the Job is not Complete: the next `up` runs
+    it again); an advisory check exits 0."""
+    return 0 if ENV.get("ADVISORY") == "true" else EXIT[status]
+
+
 def finish(status: str, detail: str) -> int:
-    """The check's result line (lib.sh's format) and its exit status (lib.sh's rule for advisory checks)."""
-    advisory = status == "failed" and ENV.get("ADVISORY") == "true"
-    row = {"check": ENV["CHECK"], "node": ENV.get("NODE", ""), "status": status, "value": "", "floor": "", "unit": ""}
-    print("ACCEPTANCE " + json.dumps({**row, "advisory": advisory, "detail": detail}, separators=(",", ":")))
-    if status == "failed":
-        print(f"acceptance check {ENV['CHECK']} failed on {ENV.get('NODE') or '?'}: {detail}", file=sys.stderr)
-        return 0 if ENV.get("ADVISORY") == "true" else 1
-    return 0
+    """The driver's own record (a check it ended before any worker reported: skipped or failed), in lib.sh's
+    format, and its exit status."""
+    advisory = status != "passed" and ENV.get("ADVISORY") == "true"
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    row = {"check": ENV["CHECK"], "node": ENV.get("NODE", ""), "claim": status, "status": status}
+    row.update(value="", floor="", unit="", advisory=advisory, detail=detail)
+    row["evidence"] = {"measured": "", "at": now, "ended": now, "amounts": {}, "durations_ms": {}, "digests": {}}
+    print("ACCEPTANCE " + json.dumps(row, separators=(",", ":")))
+    if status != "passed":
+        print(f"acceptance check {ENV['CHECK']} {status} on {ENV.get('NODE') or '?'}: {detail}", file=sys.stderr)
+    return exit_status(status)
 
 
 def gpus_of(pod: dict) -> int:
@@ -142,6 +156,20 @@ def wait_for_policy(api: Api) -> None:
         time.sleep(int(ENV.get("RETRY_EVERY", "10")))
 
 
+def free_volumes(api: Api, storage_class: str) -> None:
+    """Raises CheckEnd (skipped) when every local volume of `storage_class` is claimed: the worker's claim could
+    not bind until one is released, so the check cannot run now (it runs again on the next `up`)."""
+    items = api.get("/api/v1/persistentvolumes", "the PersistentVolumes").get("items", [])
+    volumes = [v for v in items if v.get("spec", {}).get("storageClassName") == storage_class]
+    phases = [v.get("status", {}).get("phase", "") for v in volumes]
+    if not volumes:
+        raise CheckEnd("failed", f"no PersistentVolume of StorageClass {storage_class}: no local disk was discovered")
+    if "Available" not in phases:
+        raise CheckEnd(
+            "skipped", f"every {storage_class} volume is claimed ({len(volumes)}: {', '.join(sorted(set(phases)))})"
+        )
+
+
 def worker_pod(index: int, node: str, deadline: float) -> dict:
     spec = json.loads(ENV["WORKER"])
     spec["activeDeadlineSeconds"] = max(1, int(deadline - time.monotonic()))
@@ -170,6 +198,8 @@ def run(api: Api, created: list) -> int:
         wait_for_policy(api)
         for node in nodes:
             node_state(api, node, needed)
+    if ENV.get("STORAGE_CLASS"):
+        free_volumes(api, ENV["STORAGE_CLASS"])
     namespace = ENV["NAMESPACE"]
     pods = f"/api/v1/namespaces/{namespace}/pods"
     for index, node in enumerate(nodes or [""]):
@@ -193,15 +223,24 @@ def run(api: Api, created: list) -> int:
             why = "; ".join(f"{n}: {s.get('phase', 'Pending')}" for n, s in sorted(phases.items()))
             raise CheckEnd("failed", f"the worker pods did not end within the check's time ({why})")
         time.sleep(int(ENV.get("RETRY_EVERY", "10")))
-    reported = False
+    found = []
     for name in created:
         log = str(api.call("GET", f"{pods}/{name}/log", raw=True))
         sys.stdout.write(log if log.endswith("\n") or not log else log + "\n")
-        reported = reported or any(line.startswith("ACCEPTANCE ") for line in log.splitlines())
+        found += records(log)
     failed = sorted(n for n, s in phases.items() if s.get("phase") == "Failed")
-    if not reported:
+    if not found:
         raise CheckEnd("failed", f"the worker pods printed no result ({', '.join(failed) or 'none'} failed)")
-    return 1 if failed else 0
+    # The verdict from the workers' evidence (evidence.py), not from their exit status or their own claim.
+    verdicts = [verdict(r) for r in found]
+    status = worst(v for v, _ in verdicts)
+    for (found_status, why), record in zip(verdicts, found, strict=True):
+        if found_status != "passed":
+            name = record.get("check", ENV["CHECK"])
+            print(f"acceptance check {name} {found_status}: {why or record.get('detail', '')}", file=sys.stderr)
+    if status == "passed" and failed:
+        raise CheckEnd("failed", f"worker pods {', '.join(failed)} failed after reporting")
+    return exit_status(status)
 
 
 def main() -> int:

@@ -15,6 +15,11 @@ else
   object="nas:$BUCKET/$PREFIX/.acceptance"
 fi
 dd if=/dev/urandom of="$WORK/put" bs=1M count="$SIZE_MIB" 2>/dev/null
+asked=$((SIZE_MIB * 1048576))
+measured "put, get back and compare an object of $asked bytes as the backup identity"
+expect bytes_put "$asked"
+expect bytes_got "$asked"
+amount bytes_put "$(wc -c <"$WORK/put" | tr -d ' ')"
 start=$(now_ms)
 rclone copyto "$WORK/put" "$object" || finish failed "" "$FLOOR_MIB_S" MiB/s "put of $object failed"
 put_done=$(now_ms)
@@ -26,6 +31,11 @@ if [ "$DELETE" = true ]; then
 else
   deleted="kept (object locking)"
 fi
+took put "$start" "$put_done"
+took get "$put_done" "$got_done"
+amount bytes_got "$(wc -c <"$WORK/got" | tr -d ' ')"
+digest put "$(sha256sum "$WORK/put" | cut -d' ' -f1)"
+digest got "$(sha256sum "$WORK/got" | cut -d' ' -f1)"
 cmp -s "$WORK/put" "$WORK/got" || finish failed "" "$FLOOR_MIB_S" MiB/s "the object read back differs from the one written"
 rm -f "$WORK/put" "$WORK/got"
 unreadable="could not be timed (clock readings '$start', '$put_done', '$got_done'; resolution $(clock_ms) ms): raise sizeMib"

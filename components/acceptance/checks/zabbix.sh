@@ -39,7 +39,11 @@ lastclock() {
   clock=$(sed -n 's/.*"lastclock" *: *"\([0-9]*\)".*/\1/p' "$work/response" | head -n 1)
 }
 
-pending=$HOSTS oldest=0
+pending=$HOSTS oldest=0 fresh=0
+ceiling
+measured "age of the last agent.ping of every inventory host in Zabbix"
+# shellcheck disable=SC2086  # a list of names
+expect hosts_fresh "$(set -- $HOSTS && echo $#)"
 while :; do
   now=${NOW:-$(date +%s)}
   stale=""
@@ -48,7 +52,8 @@ while :; do
     [ -z "$failure" ] || finish failed "" "$MAX_AGE" s "$failure"
     age=$((now - ${clock:-0}))
     [ "$age" -gt "$oldest" ] && oldest=$age
-    if [ -z "$clock" ] || [ "$clock" = 0 ] || [ "$age" -gt "$MAX_AGE" ]; then stale="$stale $host"; fi
+    # No clock, or one from the future (a host whose clock runs ahead reports data that is not fresh).
+    if [ -z "$clock" ] || [ "$clock" = 0 ] || [ "$age" -gt "$MAX_AGE" ] || [ "$age" -lt -60 ]; then stale="$stale $host"; else fresh=$((fresh + 1)); fi
   done
   [ -n "$stale" ] && [ $(($(date +%s) - started)) -lt "$WAIT" ] || break
   pending=$stale
@@ -59,4 +64,5 @@ if [ -n "$stale" ]; then
   NODE=$(echo "$stale" | sed 's/^ //; s/ /,/g')
   finish failed "$oldest" "$MAX_AGE" s "no agent.ping in the last ${MAX_AGE}s from:$stale"
 fi
+amount hosts_fresh "$fresh"
 finish passed "$oldest" "$MAX_AGE" s "every inventory host reported within ${MAX_AGE}s"
