@@ -33,6 +33,7 @@ import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
 
 from components.monitoring.api import admin_session, connect, first, ids_of, wait_for_api
+from components.monitoring.host_set import held_by_set
 from components.monitoring.kinds import KINDS, comparable, normalized
 
 # Pulumi pickles each provider by reference (module and class name) into every resource's `__provider`
@@ -85,7 +86,12 @@ class ZabbixObjectProvider(ResourceProvider):
         return ReadResult(id_, {**props, "spec": comparable(kind, props["spec"], actual)})
 
     def delete(self, id_: str, props: dict) -> None:
-        KINDS[props["kind"]].delete(self._api(props), id_)
+        api = self._api(props)
+        # A node's or NAS host's own `Host` object (before host sets) is deleted at the end of the first `up` with
+        # host sets, after its set adopted the host: the host is the set's now and stays, with its history.
+        if props["kind"] == "Host" and held_by_set(api, id_):
+            return
+        KINDS[props["kind"]].delete(api, id_)
 
 
 class _ZabbixObject(Resource):

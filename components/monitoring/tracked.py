@@ -1,6 +1,7 @@
 """What Zabbix watches and where it alerts, as tracked state: host groups, global macros, template
-imports, a host per node, NAS host and cluster service, alert media, channels and dashboards, each a
-dynamic-provider resource (`objects.py`) that works through the API user the bootstrap made."""
+imports, a host set per node group and one for the NAS hosts (`host_set.py`), a host per cluster service, alert
+media, channels and dashboards, each a dynamic-provider resource (`objects.py`) that works through the API user the
+bootstrap made."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from components.monitoring.config import (
     web_endpoint,
 )
 from components.monitoring.dashboards import dashboard_references, overview_dashboard, teams_dashboard
+from components.monitoring.host_set import HostClaim, HostSet
 from components.monitoring.queue_dashboards import queues_dashboard, team_queues_dashboard
 from components.monitoring.queues import kueue_host, kueue_host_spec, kueue_reader_token
 from components.monitoring.reader import acceptance_reader
@@ -94,38 +96,52 @@ def api_objects(
             }
         )
     )
-    hosts: list[str] = []
-    host_objects: list[pulumi.Resource] = []
+    # One tracked host set per node group, one for the NAS hosts (host_set.py): a node added changes its group's
+    # set only. Every set waits for every set's claim, so a host moving between sets is claimed before the set it
+    # leaves looks at it (never deleted and created again: its history stays).
     web_checker = next((n.name for n in args.nodes if n.control_plane), None)
+    by_group: dict[str, list[dict]] = {}
     for node in args.nodes:
-        spec = {
-            "host": node.name,
-            "ip": node.address,
-            "groups": node_groups(node),
-            "templates": node_templates(node),
-            "tags": node_tags(node),
-            "macros": node_macros(node, web_endpoint(args) if node.name == web_checker else ()),
-        }
-        host_objects.append(
-            zbx.Host(f"{node.name}-zabbix-host", spec, connection, psk_secrets, opts=opts(*host_deps(spec)))
+        by_group.setdefault(node.group_name, []).append(
+            {
+                "host": node.name,
+                "ip": node.address,
+                "groups": node_groups(node),
+                "templates": node_templates(node),
+                "tags": node_tags(node),
+                "macros": node_macros(node, web_endpoint(args) if node.name == web_checker else ()),
+            }
         )
-        hosts.append(node.name)
-    for nas in args.nas_hosts:
-        spec = {
-            "host": nas.name,
-            "ip": nas.address,
-            "groups": ["ml-platform/nas"],
-            "templates": [LINUX_TEMPLATE, MINIO_TEMPLATE, CERT_TEMPLATE],
-            "tags": [{"tag": "role", "value": "nas"}, {"tag": "storage", "value": "minio"}],
-            "macros": [
-                {"macro": "{$MINIO.PORT}", "value": str(args.minio_port)},
-                {"macro": "{$CERT.ENDPOINTS}", "value": f"{nas.address}:{args.minio_port}"},
-            ],
-        }
-        host_objects.append(
-            zbx.Host(f"{nas.name}-zabbix-host", spec, connection, nas_secrets, opts=opts(*host_deps(spec)))
-        )
-        hosts.append(nas.name)
+    declared = [
+        (f"{name}-hosts-{group}", f"group:{group}", specs, psk_secrets) for group, specs in sorted(by_group.items())
+    ]
+    if args.nas_hosts:
+        nas_specs = [
+            {
+                "host": nas.name,
+                "ip": nas.address,
+                "groups": ["ml-platform/nas"],
+                "templates": [LINUX_TEMPLATE, MINIO_TEMPLATE, CERT_TEMPLATE],
+                "tags": [{"tag": "role", "value": "nas"}, {"tag": "storage", "value": "minio"}],
+                "macros": [
+                    {"macro": "{$MINIO.PORT}", "value": str(args.minio_port)},
+                    {"macro": "{$CERT.ENDPOINTS}", "value": f"{nas.address}:{args.minio_port}"},
+                ],
+            }
+            for nas in args.nas_hosts
+        ]
+        declared.append((f"{name}-nas-hosts", "nas", nas_specs, nas_secrets))
+    claims = [
+        HostClaim(f"{label}-claim", key, [s["host"] for s in specs], connection, opts=opts())
+        for label, key, specs, _ in declared
+    ]
+    set_of: dict[str, pulumi.Resource] = {}
+    for label, key, specs, secrets in declared:
+        named_deps = list(dict.fromkeys(d for spec in specs for d in host_deps(spec)))
+        host_set = HostSet(label, key, specs, connection, secrets, opts=opts(*named_deps, *claims))
+        set_of.update(dict.fromkeys((s["host"] for s in specs), host_set))
+    hosts = [n.name for n in args.nodes] + [h.name for h in args.nas_hosts]
+    host_objects: list[pulumi.Resource] = [set_of[h] for h in hosts]
     hosts += _cluster_hosts(name, args, connection, opts, host_deps, host_objects, kube_token, parent, ready)
     _alerting(name, args, connection, opts, list(groups.values()))
     named = dict(groups)

@@ -3,6 +3,7 @@ node, persistence, the NAS agent steps, the API-managed objects, secrets, and ba
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 from pathlib import Path
@@ -10,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from benchmarks.inventory import host_key
 from components.cluster.config import GPU_TAINT
 from components.hosts.remote import script_text
 from components.monitoring.config import RELEASE, cron_interval_seconds, severity_mask
+from components.monitoring.host_set import expand
 from settings import load
 from stacks import plan as plan_cli
 from tests.conftest import evaluate, problems, run_plan, stack_doc, tolerates
@@ -38,6 +41,19 @@ def zabbix_objects(plan, kind: str) -> list[dict[str, Any]]:
 
 def spec_of(plan, name: str) -> dict[str, Any]:
     return plan.named(name)["inputs"]["spec"]
+
+
+def planned_hosts(plan) -> dict[str, dict[str, Any]]:
+    """Every Zabbix host the plan declares, by name: the hosts of the host sets and the cluster's own hosts."""
+    hosts = {r["inputs"]["spec"]["host"]: r["inputs"]["spec"] for r in zabbix_objects(plan, "Host")}
+    for host_set in zabbix_objects(plan, "HostSet"):
+        hosts.update(expand(host_set["inputs"]["spec"]))
+    return hosts
+
+
+def sets_by_host(plan) -> dict[str, str]:
+    """Host name -> the name of the host set that holds it."""
+    return {host: r["name"] for r in zabbix_objects(plan, "HostSet") for host in r["inputs"]["spec"]["hosts"]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,13 +248,22 @@ def test_every_node_and_nas_host_is_a_zabbix_host(prod_plan):
     doc = stack_doc("prod")
     expected = {n["name"] for n in doc["nodes"]} | {h["name"] for h in doc["nas"]["hosts"]}
     expected |= {"ml-prod-kubernetes", "ml-prod-ceph", "ml-prod-kueue"}
-    hosts = {r["inputs"]["spec"]["host"] for r in zabbix_objects(prod_plan, "Host")}
-    assert hosts == expected
+    assert set(planned_hosts(prod_plan)) == expected
     assert set(prod_plan.outputs["monitoredHosts"]) == expected
+    # prod names no node group: its nodes are the group `nodes`, in one set; the NAS hosts in their own.
+    nas = {h["name"] for h in doc["nas"]["hosts"]}
+    assert sets_by_host(prod_plan) == {
+        **dict.fromkeys({n["name"] for n in doc["nodes"]}, "monitoring-hosts-nodes"),
+        **dict.fromkeys(nas, "monitoring-nas-hosts"),
+    }
+    assert {r["inputs"]["spec"]["host"] for r in zabbix_objects(prod_plan, "Host")} == {
+        "ml-prod-kubernetes", "ml-prod-ceph", "ml-prod-kueue"
+    }  # fmt: skip
 
 
 def test_gpu_node_host_has_gpu_and_ib_templates_and_tags(prod_plan):
-    spec = spec_of(prod_plan, "gpu-01-zabbix-host")
+    hosts = planned_hosts(prod_plan)
+    spec = hosts["gpu-01"]
     assert spec["templates"] == sorted(
         [
             "Linux by Zabbix agent active",
@@ -255,9 +280,9 @@ def test_gpu_node_host_has_gpu_and_ib_templates_and_tags(prod_plan):
     assert {"tag": "role", "value": "gpu"} in spec["tags"]
     assert any(t["tag"] == "infiniband" for t in spec["tags"]) and any(t["tag"] == "gpu" for t in spec["tags"])
     assert spec["groups"] == ["ml-platform/gpu-nodes"]
-    cp = spec_of(prod_plan, "cpu-01-zabbix-host")
+    cp = hosts["cpu-01"]
     assert cp["groups"] == ["ml-platform/control-plane", "ml-platform/cpu-nodes"]
-    storage = spec_of(prod_plan, "cpu-04-zabbix-host")
+    storage = hosts["cpu-04"]
     assert (
         "ml-platform/ceph-storage" in storage["groups"] and {"tag": "storage", "value": "ceph-osd"} in storage["tags"]
     )
@@ -330,9 +355,97 @@ def test_removed_host_drops_its_zabbix_host(prod_plan):
 
     smaller = evaluate("prod", mutate)
     result = plan_cli.diff(json.loads(prod_plan.to_json()), json.loads(smaller.to_json()))
-    removed = {urn.rsplit("::", 1)[1] for urn in result["removed"]}
-    assert "cpu-35-zabbix-host" in removed  # deleted in Zabbix by `up` (tests/monitoring/test_api.py)
+    zabbix = [urn for side in ("added", "removed") for urn in result[side] if "dynamic/zabbix" in urn]
+    assert zabbix == []  # no Zabbix object per node: the node leaves its group's set
+    changed = {urn.rsplit("::", 1)[1]: paths for urn, paths in result["changed"].items() if "dynamic/zabbix" in urn}
+    # The set deletes it in Zabbix by `up` (tests/monitoring/test_host_set.py); its claim drops the name.
+    assert changed == {"monitoring-hosts-nodes": ["inputs.spec.hosts.cpu-35"],
+                       "monitoring-hosts-nodes-claim": ["inputs.hosts"]}  # fmt: skip
     assert "cpu-35" not in smaller.outputs["monitoredHosts"]
+
+
+def _grouped(raw):
+    """prod with node groups: the servers, the other CPU nodes, the GPU nodes."""
+    for n in raw["nodes"]:
+        n["group"] = "servers" if n.get("controlPlane") else f"{n['role']}-rack"
+
+
+@pytest.fixture(scope="module")
+def grouped_plan():
+    return evaluate("prod", _grouped)
+
+
+def test_one_host_set_per_node_group_each_waiting_for_what_its_hosts_name(grouped_plan):
+    doc = stack_doc("prod")
+    groups = {n["name"]: "servers" if n.get("controlPlane") else f"{n['role']}-rack" for n in doc["nodes"]}
+    nas = {h["name"]: "monitoring-nas-hosts" for h in doc["nas"]["hosts"]}
+    assert sets_by_host(grouped_plan) == {**{h: f"monitoring-hosts-{g}" for h, g in groups.items()}, **nas}
+    claims = {r["urn"] for r in zabbix_objects(grouped_plan, "HostClaim")}
+    assert len(claims) == 4  # one per set
+    gpu_template = grouped_plan.named("monitoring-template-gpu-dcgm")["urn"]
+    for host_set in zabbix_objects(grouped_plan, "HostSet"):
+        deps = set(host_set["dependencies"])
+        assert claims <= deps  # a host moving in is claimed before any set looks at it
+        named = {n for h in expand(host_set["inputs"]["spec"]).values() for n in (*h["groups"], *h["templates"])}
+        assert (gpu_template in deps) == ("ml-platform GPU by DCGM exporter" in named), host_set["name"]
+        others = {r["urn"] for r in zabbix_objects(grouped_plan, "HostSet")}
+        assert not deps & others  # no set waits for another set
+    # The hosts and their content are what they were as one object per host.
+    assert planned_hosts(grouped_plan) == planned_hosts(evaluate("prod"))
+
+
+def _added_cpu(raw):
+    _grouped(raw)
+    raw["nodes"].append(
+        {"name": "cpu-36", "address": "10.20.1.46", "role": "cpu", "hostKey": host_key("cpu-36"), "group": "cpu-rack"}
+    )
+
+
+def _added_gpu(raw):
+    _grouped(raw)
+    node = {**copy.deepcopy(next(n for n in raw["nodes"] if n["name"] == "gpu-15")), "name": "gpu-16"}
+    node["address"], node["infiniband"]["address"], node["hostKey"] = "10.20.1.99", "10.30.0.99", host_key("gpu-16")
+    node["nvme"] = [{**disk, "device": f"{disk['device']}-gpu-16"} for disk in node.get("nvme", [])]
+    raw["nodes"].append(node)
+
+
+def _moved(raw):
+    _grouped(raw)
+    next(n for n in raw["nodes"] if n["name"] == "cpu-20")["group"] = "servers"
+
+
+def _removed(raw):
+    _grouped(raw)
+    raw["nodes"] = [n for n in raw["nodes"] if n["name"] != "cpu-30"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "sets"),
+    [
+        (_added_cpu, ["cpu-rack"]),
+        (_added_gpu, ["gpu-rack"]),
+        (_moved, ["cpu-rack", "servers"]),
+        (_removed, ["cpu-rack"]),
+    ],
+)
+def test_a_node_added_moved_or_removed_changes_only_the_sets_that_hold_it(grouped_plan, edit, sets):
+    result = plan_cli.diff(json.loads(grouped_plan.to_json()), json.loads(evaluate("prod", edit).to_json()))
+    zabbix = {
+        urn.rsplit("::", 1)[1] for side in ("added", "removed") for urn in result[side] if "dynamic/zabbix" in urn
+    }
+    assert zabbix == set()
+    changed = sorted(urn.rsplit("::", 1)[1] for urn in result["changed"] if "dynamic/zabbix" in urn)
+    names = [f"monitoring-hosts-{s}" for s in sets]
+    assert changed == sorted([*names, *(f"{n}-claim" for n in names)])
+
+
+def test_the_set_input_is_compact(prod_plan):
+    """Groups, templates and tags are written once per distinct combination, not per host."""
+    spec = prod_plan.named("monitoring-hosts-nodes")["inputs"]["spec"]
+    per_host = len(json.dumps(spec)) / len(spec["hosts"])
+    expanded = len(json.dumps(list(expand(spec).values()))) / len(spec["hosts"])
+    assert len(spec["profiles"]) < len(spec["hosts"]) / 5
+    assert per_host < expanded / 2, (per_host, expanded)
 
 
 def test_channels_become_media_types_users_and_actions(prod_plan):
@@ -354,7 +467,8 @@ def test_severity_mask_covers_the_minimum_and_above():
 def test_api_objects_wait_for_the_bootstrap_and_carry_a_secret_connection(prod_plan):
     bootstrap = prod_plan.named("monitoring-api-bootstrap")
     assert prod_plan.named(ZABBIX)["urn"] in bootstrap["dependencies"]
-    for r in zabbix_objects(prod_plan, "HostGroup") + zabbix_objects(prod_plan, "Host"):
+    for r in [*zabbix_objects(prod_plan, "HostGroup"), *zabbix_objects(prod_plan, "Host"),
+              *zabbix_objects(prod_plan, "HostSet"), *zabbix_objects(prod_plan, "HostClaim")]:  # fmt: skip
         assert r["inputs"]["connection"] == "[secret]"
         assert "__provider" in r["inputs"]
 
@@ -495,9 +609,9 @@ def test_the_first_control_plane_node_watches_the_web_ui_certificate(prod_plan):
     doc = stack_doc("prod")
     first_cp = next(n["name"] for n in doc["nodes"] if n.get("controlPlane"))
     watching = {
-        r["inputs"]["spec"]["host"]
-        for r in zabbix_objects(prod_plan, "Host")
-        for m in r["inputs"]["spec"]["macros"]
+        name
+        for name, spec in planned_hosts(prod_plan).items()
+        for m in spec["macros"]
         if m["macro"] == "{$CERT.ENDPOINTS}" and "10.20.0.10:31080" in m["value"].split(",")
     }
     assert watching == {first_cp}
