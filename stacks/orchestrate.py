@@ -2,6 +2,9 @@
 
     python -m stacks.orchestrate preview|up|refresh|destroy ENV [--parallel N] [--groups a,b] [--resume] [--check]
     python -m stacks.orchestrate init ENV
+    python -m stacks.orchestrate preview|up|refresh ENV --stack NAME [--parallel N]     (one stack: a CI job)
+    python -m stacks.orchestrate stacks ENV [--parallel N]         (layout, groups, budget: GitHub step outputs)
+    python -m stacks.orchestrate changed ENV[,ENV...] --plans DIR  (stacks whose offline plan changed: outputs)
     python -m stacks.orchestrate migrate ENV [--plans DIR] [--state EXPORT.json] [--backup FILE] [--back]
 
 `up`: ENV-cluster, then every ENV-nodes-<group> at once, then ENV-platform; `destroy` the reverse. `--parallel N`
@@ -26,6 +29,7 @@ from typing import Any, Optional
 
 from settings import SettingsError
 from stacks import layers
+from stacks.orchestration import ci
 from stacks.orchestration import migrate as migration
 from stacks.orchestration.run import ACTIONS, Orchestrator, shares
 from stacks.orchestration.workspace import ROOT, Environment
@@ -48,8 +52,9 @@ def specs(env: str, work_dir: Path) -> list[layers.StackSpec]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m stacks.orchestrate", description=__doc__.split("\n\n")[0])
-    p.add_argument("action", choices=[*ACTIONS, "init", "migrate"])
-    p.add_argument("env", help="the environment: Pulumi.<env>.yaml")
+    p.add_argument("action", choices=[*ACTIONS, "init", "migrate", "stacks", "changed"])
+    p.add_argument("env", help="the environment: Pulumi.<env>.yaml (changed: several, comma-separated)")
+    p.add_argument("--stack", help="only this stack of the environment (a CI job per stack)")
     p.add_argument("--parallel", type=int, default=DEFAULT_PARALLEL, help="operations at once across all stacks")
     p.add_argument("--groups", help="only these node groups, comma-separated")
     p.add_argument("--resume", action="store_true", help="up: only the groups that failed, never ran or are stale")
@@ -57,7 +62,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--expect-create", type=Path, help="preview --check: a file of URNs (one a line) that may be created"
     )
-    p.add_argument("--plans", type=Path, help="migrate: the layered plans (`python -m stacks.plan ENV --out DIR`)")
+    p.add_argument(
+        "--plans",
+        type=Path,
+        help="migrate: the layered plans (`python -m stacks.plan ENV --out DIR`); changed: "
+        "the folder `python -m stacks.review --out` wrote",
+    )
     p.add_argument("--state", type=Path, help="migrate: `pulumi stack export` of the single stack (required)")
     p.add_argument("--backup", help="migrate: the backup file the script writes (default <env>-single-backup.json)")
     p.add_argument("--back", action="store_true", help="migrate: the script that moves the layered stacks back")
@@ -74,6 +84,18 @@ def main(
     try:
         if args.action == "migrate":
             return migrate(args, work_dir, out)
+        if args.action == "changed":
+            if args.plans is None:
+                raise ValueError("changed: give --plans, the folder `python -m stacks.review --out` wrote")
+            entries = ci.changed(args.plans, [e for e in args.env.split(",") if e])
+            print(f"stacks to preview: {', '.join(e['stack'] for e in entries) or 'none'}", file=sys.stderr)
+            out(f"previews={json.dumps(entries)}")
+            return 0
+        if args.action == "stacks":
+            settings = stack_settings(args.env, work_dir / f"Pulumi.{args.env}.yaml")
+            for key, value in ci.stack_outputs(args.env, settings, args.parallel).items():
+                out(f"{key}={value}")
+            return 0
         stacks = specs(args.env, work_dir)
         shares(args.parallel, 1)
         if args.resume and args.action != "up":
@@ -92,7 +114,12 @@ def main(
             )
         orchestrator.choose(groups)  # an unknown group is refused before any stack is touched
         if args.action == "init":
-            for spec in stacks:
+            chosen = [s for s in stacks if args.stack in (None, s.name)]
+            if not chosen:
+                raise ValueError(
+                    f"--stack {args.stack}: not a stack of {args.env} ({', '.join(s.name for s in stacks)})"
+                )
+            for spec in chosen:
                 orchestrator.stack(spec)
                 provider = environment.file.secrets_provider or "the backend's default"
                 out(f"{spec.name}: ready (secrets provider: {provider})")
@@ -100,6 +127,10 @@ def main(
         allowed = set(args.expect_create.read_text().split()) if args.expect_create else set()
         if allowed and not args.check:
             raise ValueError("--expect-create: only with preview --check")
+        if args.stack:
+            if groups or args.resume or args.action == "destroy":
+                raise ValueError("--stack: one stack's preview, up or refresh, without --groups or --resume")
+            return 0 if orchestrator.run_stack(args.action, args.stack, args.parallel).ok else 1
         report = orchestrator.run(args.action, args.parallel, groups, args.resume, args.check, allowed)
         return 0 if report.ok else 1
     except (SettingsError, ValueError, migration.MigrationError) as exc:

@@ -64,14 +64,14 @@ def check_jsonschema(*files: Path) -> subprocess.CompletedProcess[str]:
 
 def test_workflows_pass_the_linter():
     files = sorted(WORKFLOWS.glob("*.yml"))
-    assert {f.name for f in files} >= {"preview.yml", "up.yml", "preview-comment.yml"}
+    assert {f.name for f in files} >= {"preview.yml", "up.yml", "deliver.yml", "preview-comment.yml"}
     result = check_jsonschema(*files)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_linter_catches_a_broken_workflow(tmp_path):
-    broken = workflow("up.yml")
-    broken["jobs"]["lab"]["environment"] = {"nmae": "lab"}  # a typo the schema knows is wrong
+    broken = workflow("deliver.yml")
+    broken["jobs"]["single"]["environment"] = {"nmae": "lab"}  # a typo the schema knows is wrong
     path = tmp_path / "broken.yml"
     path.write_text(yaml.safe_dump(broken))
     result = check_jsonschema(path)
@@ -138,39 +138,86 @@ def test_preview_runs_tests_and_the_offline_diff_without_credentials():
     assert "secrets." not in json.dumps(job), "the offline job must need no credentials"
 
 
-def test_preview_runs_pulumi_preview_for_every_stack_on_the_site_runner():
-    job = workflow("preview.yml")["jobs"]["pulumi-preview"]
+def test_preview_runs_pulumi_preview_for_the_changed_stacks_on_the_site_runner():
+    doc = workflow("preview.yml")
+    job = doc["jobs"]["pulumi-preview"]
     assert "self-hosted" in job["runs-on"]
     assert "head.repo.full_name == github.repository" in job["if"], "forks must not run on the site runner"
-    assert sorted(entry["stack"] for entry in job["strategy"]["matrix"]["include"]) == STACKS
+    # The stacks whose offline plan changed, from the offline job, for every environment it reviews.
+    assert job["strategy"]["matrix"]["include"] == "${{ fromJSON(needs.offline.outputs.previews) }}"
+    assert "needs.offline.outputs.previews != '[]'" in job["if"]
+    offline = doc["jobs"]["offline"]
+    (changed,) = [s for s in steps(offline) if s.get("id") == "changed"]
+    assert offline["outputs"]["previews"] == "${{ steps.changed.outputs.previews }}"
+    envs = changed["run"].split("changed ")[1].split()[0].split(",")
+    assert sorted(envs) == STACKS, "the changed stacks of every environment"
+    assert runs(offline).index("-m stacks.review") < runs(offline).index("-m stacks.orchestrate changed")
     (preview,) = [s for s in uses(job, "pulumi/actions") if s.get("with", {}).get("command")]
     assert preview["with"]["command"] == "preview"
     assert preview["with"]["stack-name"] == "${{ matrix.stack }}"
     assert preview["with"]["comment-on-pr"] is True
     assert job["permissions"]["pull-requests"] == "write"
     assert {"PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE"} <= set(job["env"])
+    # A layered stack is created (if new) with the environment's config before its preview.
+    (init,) = [s for s in steps(job) if "stacks.orchestrate init" in s.get("run", "")]
+    assert init["if"] == "matrix.stack != matrix.env"
+    assert steps(job).index(init) < steps(job).index(preview)
 
 
-# --- up.yml --------------------------------------------------------------------------------------------
+# --- up.yml and deliver.yml ---------------------------------------------------------------------------------------
 
 
 def test_up_goes_through_lab_then_prod_behind_environments():
     doc = workflow("up.yml")
     assert doc["on"]["push"]["branches"] == ["main"]
     lab, prod = doc["jobs"]["lab"], doc["jobs"]["prod"]
-    assert (lab["environment"], prod["environment"]) == ("lab", "prod")
     assert prod["needs"] == "lab" and "needs" not in lab
     for stack, job in (("lab", lab), ("prod", prod)):
-        assert job["concurrency"] == {"group": f"pulumi-up-{stack}", "cancel-in-progress": False}
-        assert "self-hosted" in job["runs-on"]
-        (up,) = [s for s in uses(job, "pulumi/actions") if s.get("with", {}).get("command")]
-        assert (up["with"]["command"], up["with"]["stack-name"], up["with"]["parallel"]) == ("up", stack, 64)
+        assert job["uses"] == "./.github/workflows/deliver.yml" and job["secrets"] == "inherit"
+        suffix = stack.upper()
+        assert job["with"] == {
+            "env": stack,
+            "ssh_key": f"SSH_PRIVATE_KEY_{suffix}",
+            "rke2_token": f"RKE2_TOKEN_{suffix}",
+            "parallel": 64,
+            "timeout-minutes": job["with"]["timeout-minutes"],
+        }
+    assert sorted(job["with"]["env"] for job in doc["jobs"].values()) == STACKS
+
+
+def test_deliver_runs_one_stack_or_the_layers_as_dependent_jobs():
+    jobs = workflow("deliver.yml")["jobs"]
+    single, cluster, nodes, platform = (jobs[k] for k in ("single", "cluster", "nodes", "platform"))
+    assert single["if"] == "needs.stacks.outputs.layout == 'single'"
+    (up,) = [s for s in uses(single, "pulumi/actions") if s.get("with", {}).get("command")]
+    assert (up["with"]["command"], up["with"]["stack-name"]) == ("up", "${{ inputs.env }}")
+    assert single["concurrency"] == {"group": "pulumi-up-${{ inputs.env }}", "cancel-in-progress": False}
+    # Layered: cluster -> node groups (a matrix, one job per stack) -> platform.
+    assert cluster["needs"] == "stacks" and nodes["needs"] == ["stacks", "cluster"]
+    assert platform["needs"] == ["stacks", "cluster", "nodes"]
+    assert nodes["strategy"]["matrix"]["group"] == "${{ fromJSON(needs.stacks.outputs.groups) }}"
+    assert nodes["strategy"]["fail-fast"] is False, "a failed group must not cancel the others"
+    assert nodes["strategy"]["max-parallel"] == "${{ fromJSON(needs.stacks.outputs.slots) }}"
+    assert "needs.nodes.result == 'success'" in platform["if"] and "needs.cluster.result == 'success'" in platform["if"]
+    for job, stack, budget in (
+        (cluster, "${{ needs.stacks.outputs.cluster }}", "${{ inputs.parallel }}"),
+        (nodes, "${{ inputs.env }}-nodes-${{ matrix.group }}", "${{ needs.stacks.outputs.group-parallel }}"),
+        (platform, "${{ needs.stacks.outputs.platform }}", "${{ inputs.parallel }}"),
+    ):
+        (step,) = [s for s in steps(job) if "stacks.orchestrate up" in s.get("run", "")]
+        assert step["env"]["STACK"] == stack and step["env"]["PARALLEL"] == budget
+        assert '--stack "$STACK" --parallel "$PARALLEL"' in step["run"]
+        assert job["concurrency"]["group"] == f"pulumi-up-{stack}" and job["concurrency"]["cancel-in-progress"] is False
+    for job in (single, cluster, nodes, platform):
+        assert job["environment"] == "${{ inputs.env }}" and "self-hosted" in job["runs-on"]
+    report = [s for s in steps(platform) if "acceptance-report.sh" in s.get("run", "")][0]
+    assert report["env"]["KUBECONFIG_STACK"] == "${{ needs.stacks.outputs.cluster }}"
 
 
 # --- rules for both ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["preview.yml", "up.yml"])
+@pytest.mark.parametrize("name", ["preview.yml", "deliver.yml"])
 def test_actions_are_pinned_to_a_major_version(name):
     for job in workflow(name)["jobs"].values():
         for step in steps(job):
@@ -182,7 +229,7 @@ def test_actions_are_pinned_to_a_major_version(name):
     assert {s["with"]["pulumi-version"] for s in pulumi_steps} == {"^3.272.0"}
 
 
-@pytest.mark.parametrize("name", ["preview.yml", "up.yml", "preview-comment.yml"])
+@pytest.mark.parametrize("name", ["preview.yml", "deliver.yml", "preview-comment.yml"])
 def test_secrets_never_reach_a_command_line(name):
     # `${{ secrets.X }}` inside `run:` is pasted into the script text (and the runner's process list);
     # secrets go into `env:` and scripts read them from the environment.
@@ -194,10 +241,14 @@ def test_secrets_never_reach_a_command_line(name):
                 assert {"STACK", "SSH_PRIVATE_KEY", "RKE2_TOKEN"} <= set(step["env"])
 
 
-@pytest.mark.parametrize("name", ["preview.yml", "up.yml"])
+@pytest.mark.parametrize("name", ["preview.yml", "deliver.yml"])
 def test_every_pulumi_run_gets_the_stack_secrets_first(name):
     for job_name, job in workflow(name)["jobs"].items():
-        commands = [i for i, s in enumerate(steps(job)) if s.get("with", {}).get("command")]
+        commands = [
+            i
+            for i, s in enumerate(steps(job))
+            if s.get("with", {}).get("command") or re.search(r"stacks\.orchestrate (up|preview|init)", s.get("run", ""))
+        ]
         if not commands:
             continue
         secrets_step = next(i for i, s in enumerate(steps(job)) if "stack-secrets.sh" in s.get("run", ""))

@@ -431,10 +431,15 @@ def test_migration_moves_every_resource_exactly_once(layered_env, plans, tmp_pat
     deployed = {migration.strip(r["urn"]) for r in state["deployment"]["resources"]}
     received = migration.check(state, _replay(script, held, resources, order, deployed))
     moved = sorted(k for ks in received.values() for k in ks)
-    assert len(moved) == len(set(moved)) == len(state["deployment"]["resources"]) - 2  # root and provider stay
-    assert {r["urn"] for r in state["deployment"]["resources"]} - {f"urn:pulumi:{ENV}::{k}" for k in moved} == set(
-        migration.stays(state)
-    )
+    assert len(moved) == len(set(moved)) == len(state["deployment"]["resources"]) - len(migration.stays(state))
+    left = {r["urn"] for r in state["deployment"]["resources"]} - {f"urn:pulumi:{ENV}::{k}" for k in moved}
+    assert left == set(migration.stays(state))
+    # What stays: the stack's root and its providers (state move copies a provider to each stack that uses it).
+    assert sorted(u.split("::")[2] for u in left) == [
+        "mlplatform:cluster:ClusterBootstrap$pulumi:providers:kubernetes",
+        "pulumi:providers:command",
+        "pulumi:pulumi:Stack",
+    ]
     # A top-level resource is named as the engine writes it: no root type in its type chain.
     assert f"urn:pulumi:{ENV}::ml-platform::mlplatform:cluster:ClusterBootstrap::cluster" in moved_urns(script)
 
@@ -520,3 +525,80 @@ def test_going_back_moves_each_layered_stacks_resources_into_the_single_stack(la
     assert sources[0] == f"{ENV}-platform" and sources[-1] == f"{ENV}-cluster"
     assert all(f"--dest {ENV} " in line for line in script.splitlines() if "state move" in line)
     assert "pulumi stack export" not in script
+
+
+# --- what the delivery workflows ask -------------------------------------------------------------------------------
+
+
+def test_stacks_gives_the_workflow_its_matrix_and_budget(layered_env):
+    status, lines = run_cli(["stacks", ENV, "--parallel", "48"], layered_env)
+    assert status == 0
+    assert lines == [
+        "layout=layered",
+        f"cluster={ENV}-cluster",
+        'groups=["group-01", "group-02"]',
+        f"platform={ENV}-platform",
+        "slots=2",
+        "group-parallel=24",
+    ]
+
+
+def test_stacks_of_a_single_stack_environment(tmp_path):
+    (tmp_path / "Pulumi.small.yaml").write_text(stack_file(inventory(12)))
+    status, lines = run_cli(["stacks", "small", "--parallel", "5"], tmp_path)
+    assert status == 0
+    assert lines[:3] == ["layout=single", "cluster=", "groups=[]"]
+
+
+def plan_file(path: Path, resources: list[dict], outputs: dict | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"stack": path.stem, "resources": resources, "outputs": outputs or {}}))
+
+
+def test_changed_lists_only_the_stacks_whose_plan_differs(tmp_path):
+    a, b = [{"urn": "u1", "inputs": {"x": 1}}], [{"urn": "u1", "inputs": {"x": 2}}]
+    plan_file(tmp_path / "plan-lab-base.json", a)
+    plan_file(tmp_path / "plan-lab-head.json", a)  # single, unchanged
+    for side, group_b in (("base", a), ("head", b)):
+        plan_file(tmp_path / f"plan-big-{side}.json" / "big-cluster.json", a)
+        plan_file(tmp_path / f"plan-big-{side}.json" / "big-nodes-rack-a.json", a)
+        plan_file(tmp_path / f"plan-big-{side}.json" / "big-nodes-rack-b.json", group_b)
+    plan_file(tmp_path / "plan-big-head.json" / "big-nodes-rack-c.json", a)  # a new group
+    plan_file(tmp_path / "plan-big-base.json" / "big-nodes-rack-z.json", a)  # a group the change removes
+    plan_file(tmp_path / "plan-new-head.json", a)  # an environment new in the change (no base plan)
+    status, lines = run_cli(["changed", "lab,big,new", "--plans", str(tmp_path)], tmp_path)
+    assert status == 0
+    (line,) = lines
+    entries = json.loads(line.removeprefix("previews="))
+    assert [(e["env"], e["stack"]) for e in entries] == [
+        ("big", "big-nodes-rack-b"),
+        ("big", "big-nodes-rack-c"),
+        ("new", "new"),
+    ]
+    assert entries[0]["ssh_key"] == "SSH_PRIVATE_KEY_BIG" and entries[0]["rke2_token"] == "RKE2_TOKEN_BIG"
+
+
+def test_an_environment_that_turns_layered_previews_every_new_stack(tmp_path):
+    plan_file(tmp_path / "plan-prod-base.json", [{"urn": "u1"}])
+    for name in ("prod-cluster", "prod-nodes-rack-a", "prod-platform"):
+        plan_file(tmp_path / "plan-prod-head.json" / f"{name}.json", [{"urn": "u1"}])
+    status, lines = run_cli(["changed", "prod", "--plans", str(tmp_path)], tmp_path)
+    assert [e["stack"] for e in json.loads(lines[0].removeprefix("previews="))] == [
+        "prod-cluster",
+        "prod-nodes-rack-a",
+        "prod-platform",
+    ]
+
+
+def test_one_platform_job_refuses_while_a_group_is_behind(fleet):
+    orch = orchestrator(fleet)
+    orch.run_stack("up", f"{ENV}-cluster", 8)
+    for group in GROUPS[:3]:
+        orch.run_stack("up", f"{ENV}-nodes-{group}", 2)
+    report = orchestrator(fleet).run_stack("up", f"{ENV}-platform", 8)
+    assert not report.ok and f"{ENV}-platform" not in fleet.ran()
+    assert f"{ENV}-nodes-rack-d is never: never deployed" in report.held
+    orchestrator(fleet).run_stack("up", f"{ENV}-nodes-rack-d", 2)
+    assert orchestrator(fleet).run_stack("up", f"{ENV}-platform", 8).ok
+    with pytest.raises(ValueError, match="--stack fleet-nodes-rack-q: not a stack of fleet"):
+        orch.run_stack("up", f"{ENV}-nodes-rack-q", 2)

@@ -224,6 +224,31 @@ class Orchestrator:
         report.results.append(self._op(platform, action, parallel, check))
         return self._finish(report)
 
+    def run_stack(self, action: str, name: str, parallel: int) -> Report:
+        """One stack of the environment (a CI job per stack): the platform's `up` refuses to run unless every
+        node group is up to date, as in a whole run."""
+        spec = next((s for s in self.specs if s.name == name), None)
+        if spec is None:
+            raise ValueError(
+                f"--stack {name}: not a stack of {self.environment.env} ({', '.join(s.name for s in self.specs)})"
+            )
+        report = Report(action)
+        if action == "up" and spec.layer == "platform":
+            behind = {
+                n: f"{state}: {why}"
+                for n, (state, why) in self.states(self.current_digest()).items()
+                if state != "up to date"
+            }
+            report.stale = {n: why for n, why in behind.items() if why.startswith("stale")}
+            if behind:
+                report.held = f"{name} not run: it waits for every node group, and " + "; ".join(
+                    f"{n} is {why}" for n, why in sorted(behind.items())
+                )
+                report.results.append(Result(name, "platform", None, "not run", note="held back"))
+                return self._finish(report)
+        report.results.append(self._op(spec, action, parallel))
+        return self._finish(report)
+
     def _destroy(self, report: Report, parallel: int, chosen: list[Any], only_groups: bool) -> Report:
         if only_groups:
             report.results += self._groups(chosen, "destroy", parallel)
