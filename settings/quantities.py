@@ -60,7 +60,7 @@ def _byte_size(value: str) -> str:
     _quantity(value)
     match = _QUANTITY.match(value.strip())
     assert match is not None
-    if match[3] not in BYTE_UNITS:
+    if match[3] not in BYTE_UNITS and parse_quantity(value) != 0:  # nothing is nothing in any unit
         read = "thousandths of a byte" if match[3] == "m" else "bytes"
         raise ValueError(
             f"{value!r} has no byte unit: Kubernetes reads it as {parse_quantity(value)} {read}; write the unit, "

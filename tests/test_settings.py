@@ -268,7 +268,8 @@ WAITING = (
     "(checked once the problems above are fixed, as they need what those problems name: the control-plane count "
     "and cluster.initServer; the pod and IPoIB ranges against the node count; the Ceph storage host count; the "
     "backup sources against tiers 2 and 3; one spelling per GPU model; the teams' GPU quotas against the GPU "
-    "nodes; what each team's quota can admit; the teams' storage classes, egress, backup claims and nodes)"
+    "nodes; what each team's quota can admit; the teams' storage classes, egress, backup claims and nodes; each "
+    "host its own SSH host key)"
 )
 
 
@@ -283,7 +284,7 @@ def test_type_errors_unknown_keys_and_cross_field_rules_in_one_run():
     assert printed(mutate) == [
         "nodes[3] (cpu-04).address: 'not-an-ip' is not an IPv4 address; write four numbers 0-255, e.g. '10.20.1.7'",
         "nodes[3] (cpu-04).adress: unknown key (did you mean 'address'?); valid keys here: address, controlPlane, "
-        "gpu, hostKey, infiniband, labels, name, nvme, osdDevices, renamedFrom, role, topology",
+        "gpu, group, hostKey, infiniband, labels, name, nvme, osdDevices, renamedFrom, role, topology",
         # positions after the set-aside nodes[3] are the config's, not the shortened list's
         "nodes[8] (cpu-09).address: ipv4 '10.20.1.11' is also claimed by nodes[0].address; addresses must be unique",
         "nodes[36] (gpu-02).infiniband: GPU node 'gpu-02' has no InfiniBand settings; add interface and address",

@@ -12,7 +12,18 @@ from __future__ import annotations
 from collections.abc import Set
 from typing import TYPE_CHECKING
 
-from settings.rules import ceph, claims, cluster, hosts, minio, monitoring, network, scheduling, semantics
+from settings.rules import (
+    ceph,
+    claims,
+    cluster,
+    hosts,
+    identity,
+    minio,
+    monitoring,
+    network,
+    scheduling,
+    semantics,
+)
 from settings.rules.base import EVERY_AREA, Rule
 from settings.rules.cluster import rke2_release
 from settings.rules.scheduling import flavor_capacity, platform_namespaces
@@ -31,6 +42,7 @@ RULES: tuple[Rule, ...] = (
     *scheduling.RULES,
     *monitoring.RULES,
     *semantics.RULES,
+    *identity.RULES,
 )
 
 __all__ = [

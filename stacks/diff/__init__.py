@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stacks.diff import declared, effects, hosts, membership, minio, releases, upgrades
+from stacks.diff import declared, effects, hosts, identity, membership, minio, releases, upgrades
 from stacks.diff.core import (
     ABSENT,
     REPLACE_ON,
@@ -52,6 +52,7 @@ DANGER = (
     *releases.CLASSES,
     *upgrades.CLASSES,
     *membership.CLASSES,
+    *identity.CLASSES,
     *effects.CLASSES,
     *declared.CLASSES,
 )
