@@ -42,18 +42,22 @@ RUNNER = """set -euo pipefail
 h=HASH
 store=${HOST_ROOT:-}/var/lib/ml-platform/scripts
 if [[ -n ${SUDO_USER:-} ]]; then home=$(getent passwd "$SUDO_USER" | cut -d: -f6); else home=${HOME:-/root}; fi
+err=""
 if [[ ! -f $store/$h ]]; then
   install -d -m 0700 "$store"
   for bundle in "$home"/.ml-platform/host-scripts/*.tar; do
     [[ -f $bundle ]] || continue
-    tmp=$(mktemp "$store/.$h.XXXXXX")
-    if tar -xOf "$bundle" "$h" >"$tmp" 2>/dev/null && [[ $(sha256sum <"$tmp") == "$h  -" ]]; then
+    tmp=$(mktemp "$store/.$h.XXXXXX" 2>&1) || { err=$tmp; break; }
+    if err=$(tar -xOf "$bundle" "$h" 2>&1 >"$tmp") && [[ $(sha256sum <"$tmp") == "$h  -" ]]; then
       chmod 0600 "$tmp" && mv -f "$tmp" "$store/$h" && break
     fi
     rm -f "$tmp"
   done
 fi
-if [[ ! -f $store/$h ]]; then
+if [[ ! -f $store/$h && $err == *"No space left on device"* ]]; then
+  echo "error: host script $0 (sha256 $h): $store is full (ENOSPC: $err): free space there, then run pulumi up again" >&2
+  exit 1
+elif [[ ! -f $store/$h ]]; then
   echo "error: host script $0 (sha256 $h) is not on this host: not in $store, nor in a bundle in\
  $home/.ml-platform/host-scripts/ (the host's -scripts step copies it there): run pulumi up again" >&2
   exit 1

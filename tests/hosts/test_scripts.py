@@ -228,7 +228,11 @@ def test_finish_dpkg_installs_again_a_package_left_half_installed(tmp_path):
     cut = subprocess.run(["bash", "-c", program], env=env, capture_output=True, text=True)
     assert cut.returncode == 0, cut.stderr
     calls = (tmp_path / "calls.log").read_text()
-    assert "apt-get install -y -q --reinstall --no-install-recommends zabbix-agent2=1:6.0.14+dfsg-1+b1\n" in calls
+    # The package alone, then apt's bounds (package_manager): a silent mirror times out, dpkg's lock is waited for.
+    assert (
+        "apt-get install -y -q --reinstall --no-install-recommends zabbix-agent2=1:6.0.14+dfsg-1+b1 "
+        "-o Acquire::http::Timeout=30 -o Acquire::https::Timeout=30 -o Acquire::Retries=2 -o DPkg::Lock::Timeout=300\n"
+    ) in calls
     assert "curl" not in calls and " old" not in calls
     assert cut.stdout.endswith(
         "changed: installed again what an interrupted dpkg run left half installed: zabbix-agent2=1:6.0.14+dfsg-1+b1\n"

@@ -54,9 +54,19 @@ sysctls+=$'\nvm.max_map_count = 262144'
 if [[ $CIS_PROFILE == true ]]; then
   sysctls+=$'\nvm.panic_on_oom = 0\nvm.overcommit_memory = 1\nkernel.panic = 10\nkernel.panic_on_oops = 1'
 fi
-if write_file "$HOST_ROOT/etc/sysctl.d/90-ml-platform.conf" 0644 "$sysctls"; then
-  sysctl --system >/dev/null
-fi
+# Applied when the file changed (marked pending before the change, so a cut between the write and the
+# apply is repaired by the next run) and whenever a value the kernel holds differs from the file's.
+write_file "$HOST_ROOT/etc/sysctl.d/90-ml-platform.conf" 0644 "$sysctls" sysctl || true
+sysctl_system() { sysctl --system >/dev/null; }
+while IFS='=' read -r key value; do
+  key=${key//[[:space:]]/} value=${value#"${value%%[![:space:]]*}"}
+  live=$(sysctl -n "$key" 2>/dev/null || true)
+  if [[ $live != "$value" ]]; then
+    pending_set sysctl
+    break
+  fi
+done <<<"$sysctls"
+apply_pending sysctl "applied the sysctls of /etc/sysctl.d (sysctl --system)" sysctl_system || true
 
 # The CIS profile runs etcd as its own user.
 if [[ $CIS_PROFILE == true ]] && ! id etcd >/dev/null 2>&1; then
@@ -81,36 +91,33 @@ case $OS_FAMILY in
 esac
 
 # Time sync: chrony with the site's servers when settings give them (etcd and TLS need sane clocks).
-chrony_changed=false
+# A change marks the restart pending first: a run cut before the restart restarts chrony when run again.
 if [[ -n $TIME_SERVERS ]]; then
   if ! grep -q '^sourcedir /etc/chrony/sources.d' "$chrony_conf"; then
-    printf '\n# added by ml-platform\nsourcedir /etc/chrony/sources.d\n' >>"$chrony_conf"
-    changed "chrony reads /etc/chrony/sources.d"
-    chrony_changed=true
+    conf=$(cat "$chrony_conf") || fail "cannot read $chrony_conf"
+    write_file "$chrony_conf" "$(stat -c %a "$chrony_conf")" \
+      "$(printf '%s\n\n# added by ml-platform\nsourcedir /etc/chrony/sources.d' "$conf")" "restart-$chrony_unit" || true
   fi
   sources=""
   for server in $TIME_SERVERS; do
     sources+="server $server iburst"$'\n'
   done
-  if write_file "$HOST_ROOT/etc/chrony/sources.d/ml-platform.sources" 0644 "${sources%$'\n'}"; then
-    chrony_changed=true
-  fi
+  write_file "$HOST_ROOT/etc/chrony/sources.d/ml-platform.sources" 0644 "${sources%$'\n'}" "restart-$chrony_unit" || true
 fi
 if ! systemctl is-enabled --quiet "$chrony_unit" || ! systemctl is-active --quiet "$chrony_unit"; then
-  systemctl enable --now "$chrony_unit" >/dev/null 2>&1
+  systemctl enable --now "$chrony_unit" >/dev/null 2>&1 || fail "could not enable and start $chrony_unit"
+  pending_clear "restart-$chrony_unit" # started now: it read the files as they are
   changed "$chrony_unit enabled and started"
-elif [[ $chrony_changed == true ]]; then
-  systemctl restart "$chrony_unit"
-  changed "$chrony_unit restarted"
 fi
+apply_pending "restart-$chrony_unit" "$chrony_unit restarted" systemctl restart "$chrony_unit" || true
 
 # NetworkManager must not manage the CNI's interfaces (RKE2 known issue).
 if systemctl is-active --quiet NetworkManager; then
   unmanaged="interface-name:cali*;interface-name:tunl*;interface-name:vxlan.calico;interface-name:vxlan-v6.calico"
   unmanaged+=";interface-name:wireguard.cali;interface-name:wg-v6.cali;interface-name:cilium_*;interface-name:lxc*"
-  if write_file "$HOST_ROOT/etc/NetworkManager/conf.d/ml-platform-cni.conf" 0644 $'[keyfile]\nunmanaged-devices='"$unmanaged"; then
-    systemctl reload NetworkManager
-  fi
+  write_file "$HOST_ROOT/etc/NetworkManager/conf.d/ml-platform-cni.conf" 0644 $'[keyfile]\nunmanaged-devices='"$unmanaged" \
+    reload-NetworkManager || true
+  apply_pending reload-NetworkManager "NetworkManager reloaded" systemctl reload NetworkManager || true
 fi
 
 echo "host $NODE_NAME prepared (cni: $CNI)"

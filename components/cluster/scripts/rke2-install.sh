@@ -99,23 +99,25 @@ if [[ $RKE2_TYPE == server && -n $REGISTRATION_ADDRESS ]] && ! grep -q '^server:
   fi
 fi
 
-restart=false
+# Each change marks the unit's restart pending before it is made (lib.sh, apply_pending): a run cut between
+# a change and the restart restarts the unit when run again, though it finds the files right.
+restart=restart-$unit
 install -d -m 0700 "$etc"
-write_file "$etc/join-token" 0600 "$token" && restart=true
+write_file "$etc/join-token" 0600 "$token" "$restart" || true
 if [[ $RKE2_TYPE == server ]]; then
-  write_file "$etc/agent-token" 0600 "$agent_token" && restart=true
+  write_file "$etc/agent-token" 0600 "$agent_token" "$restart" || true
 fi
-write_file "$etc/config.yaml" 0600 "$config" && restart=true
+write_file "$etc/config.yaml" 0600 "$config" "$restart" || true
 if [[ -n $REGISTRIES_YAML ]]; then
-  write_file "$etc/registries.yaml" 0600 "$REGISTRIES_YAML" && restart=true
+  write_file "$etc/registries.yaml" 0600 "$REGISTRIES_YAML" "$restart" || true
 else
-  remove_file "$etc/registries.yaml" && restart=true
+  remove_file "$etc/registries.yaml" "$restart" || true
 fi
 if [[ -n $OIDC_CA_PEM ]]; then
   # The CA of the site's OIDC provider (kube-apiserver-arg oidc-ca-file): public, 0644.
-  write_file "$etc/oidc-ca.pem" 0644 "$OIDC_CA_PEM" && restart=true
+  write_file "$etc/oidc-ca.pem" 0644 "$OIDC_CA_PEM" "$restart" || true
 else
-  remove_file "$etc/oidc-ca.pem" && restart=true
+  remove_file "$etc/oidc-ca.pem" "$restart" || true
 fi
 if [[ -n $KUBE_VIP_MANIFEST ]]; then
   write_file "$static_pods/kube-vip.yaml" 0600 "$KUBE_VIP_MANIFEST" || true
@@ -134,13 +136,13 @@ was_ready=false
 if systemctl is-active --quiet "$unit" && node_ready >/dev/null 2>&1; then was_ready=true; fi
 
 if [[ -z $installed ]]; then
+  pending_set "$restart"
   installer=$(mktemp)
   trap 'rm -f "$installer"' EXIT
   curl -sfL --retry 5 --retry-delay 5 --max-time 300 "$INSTALLER_URL" -o "$installer"
   env INSTALL_RKE2_VERSION="$RKE2_VERSION" INSTALL_RKE2_TYPE="$RKE2_TYPE" INSTALL_RKE2_METHOD="$INSTALL_METHOD" \
     ${ARTIFACT_URL:+INSTALL_RKE2_ARTIFACT_URL="$ARTIFACT_URL"} sh "$installer" >&2
   changed "installed RKE2 $RKE2_VERSION"
-  restart=true
   installed=$RKE2_VERSION
 elif [[ $installed != "$RKE2_VERSION" ]]; then
   note "RKE2 $installed is installed and kept: the upgrade Plans change releases (docs/upgrades.md)"
@@ -178,15 +180,16 @@ if ! systemctl is-active --quiet "$unit"; then
     deadline=$((SECONDS + JOIN_TIMEOUT))
   fi
   note "starting $unit (a first server start takes a few minutes)"
+  mark "before start-$unit"
   systemctl start --no-block "$unit"
+  pending_clear "$restart" # a start reads the configuration as it is now
   changed "started $unit"
-elif [[ $restart == true ]]; then
+elif pending "$restart"; then
   invocation=$(systemctl show -p InvocationID --value "$unit")
-  systemctl restart --no-block "$unit"
-  changed "restarted $unit"
   # Still the old process until the restart job ran: wait for a new invocation.
   restarted() { [[ "$(systemctl show -p InvocationID --value "$unit")" != "$invocation" ]]; }
-  await "$unit to restart" restarted
+  restart_unit() { systemctl restart --no-block "$unit" && await "$unit to restart" restarted; }
+  apply_pending "$restart" "restarted $unit" restart_unit
 fi
 await "$unit to be active" systemctl is-active --quiet "$unit"
 

@@ -33,7 +33,6 @@ case $FS_TYPE in
 esac
 
 problems=0
-fstab_changed=false
 declare -A seen_devices=()
 
 refuse() {
@@ -73,9 +72,7 @@ ensure_fstab() {
     return 0
   fi
   others=$(awk -v mnt="$mnt" '$2 != mnt' <<<"$current")
-  if write_file "$FSTAB" 0644 "${others:+$others$'\n'}$line"; then
-    fstab_changed=true
-  fi
+  write_file "$FSTAB" 0644 "${others:+$others$'\n'}$line" daemon-reload || true
 }
 
 # mount_device DEVICE REAL MOUNTPOINT MOUNTS: fstab entry by UUID, mount point, mounted.
@@ -149,9 +146,9 @@ for entry in "${entries[@]}"; do
   esac
 done
 
-if [[ $fstab_changed == true ]] && command -v systemctl >/dev/null 2>&1; then
-  # systemd generates mount units from fstab; keep them in step with the file.
-  systemctl daemon-reload
+if command -v systemctl >/dev/null 2>&1; then
+  # systemd generates mount units from fstab; keep them in step with the file (pending from the write on).
+  apply_pending daemon-reload "reloaded systemd's units (fstab)" systemctl daemon-reload || true
 fi
 
 if ((problems > 0)); then

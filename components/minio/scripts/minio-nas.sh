@@ -45,8 +45,8 @@ DEPLOYED=$HOST_ROOT/var/lib/ml-platform/minio-deployment
 FIXED_KEYS=(MINIO_VOLUMES MINIO_STORAGE_CLASS_STANDARD MINIO_ERASURE_SET_DRIVE_COUNT)
 
 problems=0
-restart=false
-fstab_changed=false
+# Marked pending before each change it needs (lib.sh, apply_pending): a cut run restarts when run again.
+restart=restart-$SERVICE
 declare -A secret=()
 
 refuse() {
@@ -147,9 +147,7 @@ ensure_fstab() {
   [[ -f $FSTAB ]] && current=$(cat "$FSTAB")
   grep -qxF -- "$line" <<<"$current" && return 0
   others=$(awk -v mnt="$mnt" '$2 != mnt' <<<"$current")
-  if write_file "$FSTAB" 0644 "${others:+$others$'\n'}$line"; then
-    fstab_changed=true
-  fi
+  write_file "$FSTAB" 0644 "${others:+$others$'\n'}$line" daemon-reload || true
 }
 
 # handle_drive SLOT DEVICE ACTION
@@ -231,9 +229,9 @@ mount_drive() {
 write_tls() {
   local dir=$HOST_ROOT$CERTS_DIR
   install -d -m 0750 "$dir" "$dir/CAs"
-  write_file "$dir/public.crt" 0644 "${secret[TLS_CERT]}" && restart=true
-  write_file "$dir/private.key" 0600 "${secret[TLS_KEY]}" && restart=true
-  write_file "$dir/CAs/ca.crt" 0644 "${secret[CA_CERT]}" && restart=true
+  write_file "$dir/public.crt" 0644 "${secret[TLS_CERT]}" "$restart" || true
+  write_file "$dir/private.key" 0600 "${secret[TLS_KEY]}" "$restart" || true
+  write_file "$dir/CAs/ca.crt" 0644 "${secret[CA_CERT]}" "$restart" || true
   chown -R "$SERVICE_USER:$SERVICE_USER" "$HOST_ROOT/etc/$SERVICE"
 }
 
@@ -286,38 +284,36 @@ for entry in "${entries[@]}"; do
     *) fail "DRIVES entry '$entry': action must be keep, format or format-force" ;;
   esac
 done
-if [[ $fstab_changed == true ]]; then
-  systemctl daemon-reload
-fi
+apply_pending daemon-reload "reloaded systemd's units (fstab)" systemctl daemon-reload || true
 if ((problems > 0)); then
   fail "$problems drive(s) not set up as the settings say; see the 'refused:' lines above. MinIO was not (re)started"
 fi
 
 if [[ -n $artifact ]]; then
-  install -D -m 0755 "$artifact" "$HOST_ROOT$BIN_PATH"
+  pending_set "$restart"
+  err=$(install -D -m 0755 "$artifact" "$HOST_ROOT$BIN_PATH" 2>&1) || io_fail "install $BIN_PATH" "$HOST_ROOT$BIN_PATH" "$err"
   rm -f "$artifact"
   changed "installed $BIN_PATH ($ARTIFACT_SHA256)"
-  restart=true
 fi
 write_file "$HOST_ROOT$ENV_PATH" 0600 "$ENV_FILE
 MINIO_ROOT_USER=${secret[ROOT_USER]}
-MINIO_ROOT_PASSWORD=${secret[ROOT_PASSWORD]}" && restart=true
+MINIO_ROOT_PASSWORD=${secret[ROOT_PASSWORD]}" "$restart" || true
 echo "env file sha256 (compare across NAS hosts): $(sha256sum "$HOST_ROOT$ENV_PATH" | cut -d' ' -f1)"
 write_tls
-if write_file "$HOST_ROOT$UNIT_PATH" 0644 "$(unit_text)"; then
-  systemctl daemon-reload
-  restart=true
-fi
+write_file "$HOST_ROOT$UNIT_PATH" 0644 "$(unit_text)" daemon-reload "$restart" || true
+apply_pending daemon-reload "reloaded systemd's units ($SERVICE.service)" systemctl daemon-reload || true
 
 write_file "$DEPLOYED" 0644 "$SERVICE $BINARY" || true
 # --no-block: with Type=notify a start waits for MinIO's ready message, which needs the other hosts;
 # the health wait below is the bounded check.
 if ! systemctl is-enabled --quiet "$SERVICE"; then
-  systemctl enable --now --no-block "$SERVICE"
+  mark "before start-$SERVICE"
+  systemctl enable --now --no-block "$SERVICE" || fail "could not enable and start $SERVICE"
+  pending_clear "$restart"
   changed "enabled and started $SERVICE"
-elif [[ $restart == true ]] || ! systemctl is-active --quiet "$SERVICE"; then
-  systemctl restart --no-block "$SERVICE"
-  changed "restarted $SERVICE"
+else
+  systemctl is-active --quiet "$SERVICE" || pending_set "$restart"
+  apply_pending "$restart" "restarted $SERVICE" systemctl restart --no-block "$SERVICE" || true
 fi
 # 200 only when the deployment has write quorum: the other NAS hosts start in parallel.
 wait_until "$HEALTH_TIMEOUT" "$HEALTH_URL (write quorum)" \

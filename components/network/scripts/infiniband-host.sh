@@ -40,13 +40,11 @@ fi
 # RDMA pins memory: containers inherit RLIMIT_MEMLOCK from the runtime (RKE2's containerd, started by
 # rke2-agent; GPU nodes are always agents). CAP_IPC_LOCK lifts the limit only for root containers.
 memlock_dropin=/etc/systemd/system/rke2-agent.service.d/90-ml-platform-memlock.conf
-if write_file "$memlock_dropin" 0644 $'[Service]\nLimitMEMLOCK=infinity'; then
-  systemctl daemon-reload
-fi
+write_file "$memlock_dropin" 0644 $'[Service]\nLimitMEMLOCK=infinity' daemon-reload || true
+apply_pending daemon-reload "reloaded systemd's units" systemctl daemon-reload || true
 
 # The IPoIB interface, persisted. One file with a fixed name, so a renamed interface leaves nothing behind.
 address="$IB_ADDRESS/$IB_PREFIX"
-reconfigure=false
 case $OS_FAMILY in
   debian)
     netplan_file=/etc/netplan/60-ml-platform-infiniband.yaml
@@ -64,14 +62,11 @@ case $OS_FAMILY in
     # Ubuntu ships netplan; a Debian 12 server install does not (ifupdown): install it there.
     command -v netplan >/dev/null || ensure_packages debian netplan.io
     # netplan refuses world-readable configuration files.
-    if write_file "$netplan_file" 0600 "$netplan"; then
-      # Render it for networkd now, so it also applies to an interface that appears later.
-      netplan generate
-      if systemctl is-active --quiet systemd-networkd; then
-        networkctl reload
-      fi
-      reconfigure=true
-    fi
+    # Render it for networkd now, so it also applies to an interface that appears later; pending from
+    # before the write, so a run cut after it renders it when run again.
+    write_file "$netplan_file" 0600 "$netplan" netplan-generate "reconfigure-$IB_INTERFACE" || true
+    render() { netplan generate && { ! systemctl is-active --quiet systemd-networkd || networkctl reload; }; }
+    apply_pending netplan-generate "rendered $netplan_file for systemd-networkd" render || true
     ;;
   rhel)
     keyfile=/etc/NetworkManager/system-connections/ml-platform-infiniband.nmconnection
@@ -93,10 +88,8 @@ address1=$address
 [ipv6]
 method=disabled"
     # NetworkManager ignores keyfiles that others can read.
-    if write_file "$keyfile" 0600 "$connection"; then
-      nmcli connection reload
-      reconfigure=true
-    fi
+    write_file "$keyfile" 0600 "$connection" reload-NetworkManager-connections "reconfigure-$IB_INTERFACE" || true
+    apply_pending reload-NetworkManager-connections "NetworkManager read its connections again" nmcli connection reload || true
     ;;
   *) fail "OS_FAMILY must be debian or rhel, got '$OS_FAMILY'" ;;
 esac
@@ -104,9 +97,9 @@ esac
 if [[ -e /sys/class/net/$IB_INTERFACE ]]; then
   # Also re-apply when the file was right but the running interface lost its address (driver reload).
   if ! ip -4 -o addr show dev "$IB_INTERFACE" | grep -qF " inet $address "; then
-    reconfigure=true
+    pending_set "reconfigure-$IB_INTERFACE"
   fi
-  if [[ $reconfigure == true ]]; then
+  reconfigure() {
     if [[ $OS_FAMILY == debian ]] && systemctl is-active --quiet systemd-networkd; then
       # Only this interface: `netplan apply` would also bounce the Ethernet bond that carries the cluster.
       networkctl reconfigure "$IB_INTERFACE"
@@ -115,11 +108,13 @@ if [[ -e /sys/class/net/$IB_INTERFACE ]]; then
     else
       nmcli connection up id ml-platform-infiniband >/dev/null
     fi
-    changed "applied the configuration of $IB_INTERFACE: $address, mtu $IB_MTU, $IB_MODE mode"
-  fi
+  }
+  apply_pending "reconfigure-$IB_INTERFACE" \
+    "applied the configuration of $IB_INTERFACE: $address, mtu $IB_MTU, $IB_MODE mode" reconfigure || true
 else
   # With `ofed` the interface appears once the driver container runs; networkd/NetworkManager then
   # apply the persisted configuration by interface name.
+  pending_clear "reconfigure-$IB_INTERFACE"
   echo "warning: interface $IB_INTERFACE does not exist (yet); its configuration is persisted and applies when it appears"
 fi
 
