@@ -27,6 +27,8 @@ from typing import Any, Optional
 
 from benchmarks import engine_report, makespan, state
 from benchmarks.inventory import ROOT, inventory, prod_config, stack_file
+from benchmarks.layered import LayeredResult, measure_layered
+from benchmarks.layered import report as layered_report
 from stacks import engine
 
 PARALLELS = (64, 128, 192, 256)
@@ -214,6 +216,7 @@ def report(
     profile_md: str = "",
     load: Optional[tuple[float, float]] = None,
     floor: Optional[tuple[int, float]] = None,
+    layered: Optional[list[LayeredResult]] = None,
 ) -> str:
     parallels = sorted({p for r in results for p in r.schedules})
     lines = [
@@ -340,6 +343,8 @@ def report(
         "",
         makespan.duration_table(),
     ]
+    if layered:
+        lines += ["", *layered_report(layered)]
     if profile_md:
         lines += ["", "## Where the preview's time goes", "", profile_md, "", *PROFILE_NOTES]
     return "\n".join(lines) + "\n"
@@ -355,6 +360,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         results = [measure("prod", prod_config(), Path(tmp))]
         results += [measure(str(n), inventory(n), Path(tmp)) for n in args.nodes]
+        layered = [
+            measure_layered(str(n), inventory(n), Path(tmp), recommended_parallel(n)) for n in args.nodes if n >= 200
+        ]
     load = (load_before, os.getloadavg()[0])
     profile_md = ""
     if args.profile:
@@ -362,7 +370,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
         profile_md = profile.report(args.profile)
     largest = max(results, key=lambda r: r.resources)
-    text = report(results, profile_md, load, (largest.resources, sdk_floor(largest.resources)))
+    text = report(results, profile_md, load, (largest.resources, sdk_floor(largest.resources)), layered)
     if args.out:
         args.out.write_text(text)
         print(f"wrote {args.out}")

@@ -10,6 +10,7 @@ from typing import Optional
 
 from pulumi.runtime import rpc
 
+from settings import SettingsError
 from stacks import layers
 from stacks.engine import PROJECT, Plan, StackOutputs, load_stack_config, run
 from stacks.plan import stack_settings
@@ -17,8 +18,8 @@ from stacks.plan import stack_settings
 ORGANIZATION = "organization"  # what a self-managed backend calls every stack's organization
 
 
-def evaluate_layered(env: str, config_file: Optional[Path] = None) -> dict[str, Plan]:
-    """Stack name -> its plan, in run order, from `Pulumi.<env>.yaml` (or `config_file`)."""
+def evaluate_layered(env: str, config_file: Optional[Path] = None, only: Optional[str] = None) -> dict[str, Plan]:
+    """Stack name -> its plan, in run order, from `Pulumi.<env>.yaml` (or `config_file`); `only`: that stack alone."""
     settings = stack_settings(env, config_file)
     config, secret_keys = load_stack_config(env, config_file)
     cluster = StackOutputs(
@@ -27,7 +28,12 @@ def evaluate_layered(env: str, config_file: Optional[Path] = None) -> dict[str, 
     )
     references = {f"{ORGANIZATION}/{PROJECT}/{env}-cluster": cluster}
     plans = {}
-    for spec in layers.stack_specs(env, settings):
+    specs = layers.stack_specs(env, settings)
+    if only is not None and only not in {s.name for s in specs}:
+        raise SettingsError([f"--only {only}: not a stack of {env} (its stacks: {', '.join(s.name for s in specs)})"])
+    for spec in specs:
+        if only is not None and spec.name != only:
+            continue
         own, own_secrets = node_config(config, secret_keys) if spec.layer == "nodes" else (config, secret_keys)
         plans[spec.name] = run(spec.name, own, own_secrets, stack_references=references)
     return plans

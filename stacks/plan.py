@@ -135,6 +135,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument(
         "--out", type=Path, help="write the plan as JSON to this file (layout: layered: a folder, a file per stack)"
     )
+    parser.add_argument("--only", metavar="STACK", help="layout: layered: preview only this stack of the environment")
     parser.add_argument("--diff", nargs=2, type=Path, metavar=("OLD", "NEW"), help="compare two plan JSON files")
     parser.add_argument("--format", choices=("text", "markdown"), default="text", help="--diff output format")
     args = parser.parse_args(argv)
@@ -149,7 +150,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         settings = stack_settings(args.stack, args.config)
         if settings.layout == "layered":
-            return layered_main(args.stack, args.config, args.out)
+            return layered_main(args.stack, args.config, args.out, args.only)
         plan = evaluate_stack(args.stack, args.config)
         problems = team_namespace_problems(plan.resources, settings.scheduling.teams)
         if problems:
@@ -167,11 +168,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
-def layered_main(env: str, config: Optional[Path], out: Optional[Path]) -> int:
-    """Each stack of a layered environment, in run order: its summary, and its plan in `out`/<stack>.json."""
+def layered_main(env: str, config: Optional[Path], out: Optional[Path], only: Optional[str] = None) -> int:
+    """Each stack of a layered environment (or `only` that one), in run order: its summary, and its plan in
+    `out`/<stack>.json."""
     from stacks.layered_plan import evaluate_layered
 
-    plans = evaluate_layered(env, config)
+    plans = evaluate_layered(env, config, only)
     print(f"{env} runs as {len(plans)} stacks (layout: layered): {', '.join(plans)}\n")
     for name, plan in plans.items():
         print(summary(plan) + "\n")
