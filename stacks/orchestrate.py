@@ -153,12 +153,11 @@ def layered_plans(env: str, plans: Optional[Path], work_dir: Path) -> dict[str, 
 
 
 def migrate(args: argparse.Namespace, work_dir: Path, out: Callable[[str], None]) -> int:
-    if args.state is None:
+    if args.state is None and not args.back:
         raise ValueError(
             f"migrate: give --state, the single stack's state (`pulumi stack export --stack {args.env} --file FILE`): "
             "the moves are checked against it before they are printed"
         )
-    state = json.loads(args.state.read_text())
     order = [s.name for s in specs(args.env, work_dir)]
     plans = layered_plans(args.env, args.plans, work_dir)
     missing = [name for name in order if name not in plans]
@@ -171,19 +170,20 @@ def migrate(args: argparse.Namespace, work_dir: Path, out: Callable[[str], None]
         for r in plans[name]
     }
     held = {stack: [key(k) for k in keys] for stack, keys in layers.assign({n: plans[n] for n in order}).items()}
+    if args.back:
+        # Back: what each layered stack holds by the plans; the single stack's state (emptied) has nothing to add.
+        plan = migration.plan_migration(args.env, held, resources, order)
+        out(migration.script(plan, "", back=True).rstrip("\n"))
+        return 0
+    state = json.loads(args.state.read_text())
     deployed = {migration.strip(r["urn"]) for r in state["deployment"]["resources"]}
     plan = migration.plan_migration(args.env, held, resources, order, deployed)
     received = migration.check(state, plan)
     for name in order:
         made = len(plan.created.get(name, []))
-        print(
-            f"# {name}: {len(received.get(name, []))} resources moved, {made} created at its first up", file=sys.stderr
-        )
-    print(
-        f"# stay in {args.env}: {len(migration.stays(state))} (its root and providers, copied where used)",
-        file=sys.stderr,
-    )
-    out(migration.script(plan, args.backup or f"{args.env}-single-backup.json", back=args.back).rstrip("\n"))
+        print(f"# {name}: {len(received.get(name, []))} moved, {made} created at its first up", file=sys.stderr)
+    print(f"# stay in {args.env}: {len(migration.stays(state))} (root, providers)", file=sys.stderr)
+    out(migration.script(plan, args.backup or f"{args.env}-single-backup.json").rstrip("\n"))
     return 0
 
 

@@ -16,6 +16,7 @@ from stacks.layers import StackSpec
 from stacks.orchestration import migrate as migration
 from stacks.orchestration.run import Orchestrator, changes_of, shares
 from stacks.orchestration.workspace import Environment
+from tests.conftest import ROOT
 from tests.stubs import automation as standin
 
 ENV = "fleet"
@@ -332,7 +333,7 @@ def test_bad_input_is_refused_before_any_stack_is_touched(layered_env, capsys, a
 
 
 def test_a_single_stack_environment_is_sent_to_pulumi_up(tmp_path, capsys):
-    (tmp_path / "Pulumi.small.yaml").write_text(stack_file(inventory(12)))
+    (tmp_path / "Pulumi.small.yaml").write_text((ROOT / "Pulumi.lab.yaml").read_text())
     status, _ = run_cli(["up", "small"], tmp_path, standin.Fleet("small", tmp_path, CLUSTER))
     assert status == 2
     assert "run `pulumi up --stack small`" in capsys.readouterr().err
@@ -519,12 +520,15 @@ def test_moves_run_deepest_first_or_a_parent_takes_other_stacks_children(layered
 
 def test_going_back_moves_each_layered_stacks_resources_into_the_single_stack(layered_env, plans, tmp_path):
     _, single = plans
-    status, script = migrate(layered_env, plans, tmp_path, export_of(single), back=True)
+    # The single stack's state after the move holds its root and providers only: not needed to go back.
+    status, lines = run_cli(["migrate", ENV, "--plans", str(plans[0]), "--back"], layered_env)
+    script = "\n".join(lines)
     assert status == 0
     sources = [line.split("--source ")[1].split()[0] for line in script.splitlines() if "state move" in line]
     assert sources[0] == f"{ENV}-platform" and sources[-1] == f"{ENV}-cluster"
     assert all(f"--dest {ENV} " in line for line in script.splitlines() if "state move" in line)
     assert "pulumi stack export" not in script
+    assert f"# Once that preview shows no change: pulumi stack rm --force --yes {ENV}-cluster" in script
 
 
 # --- what the delivery workflows ask -------------------------------------------------------------------------------
@@ -544,7 +548,7 @@ def test_stacks_gives_the_workflow_its_matrix_and_budget(layered_env):
 
 
 def test_stacks_of_a_single_stack_environment(tmp_path):
-    (tmp_path / "Pulumi.small.yaml").write_text(stack_file(inventory(12)))
+    (tmp_path / "Pulumi.small.yaml").write_text((ROOT / "Pulumi.lab.yaml").read_text())
     status, lines = run_cli(["stacks", "small", "--parallel", "5"], tmp_path)
     assert status == 0
     assert lines[:3] == ["layout=single", "cluster=", "groups=[]"]

@@ -1,10 +1,10 @@
 """From one deployed stack to the layered stacks: the `pulumi state move` commands, and their check.
 
-`pulumi state move --source SRC --dest DST URN...` (Pulumi CLI 3.226 or later, the floor this project
-documents for it) moves each named resource and all its descendants (children, transitively) from SRC's state to
-DST's, rewriting the stack part of their URNs; it refuses to move a provider (it copies the providers the moved
-resources use, which also stay in SRC) and never moves the stack's root resource. A moved resource whose parent
-stays behind is parented to DST's root in the state (pkg/cmd/pulumi/state/state_move.go in pulumi/pulumi).
+`pulumi state move --source SRC --dest DST URN...` (Pulumi CLI 3.226 or later: `MINIMUM_CLI`) moves each named
+resource and all its descendants (children, transitively) from SRC's state to DST's, rewriting the stack part of
+their URNs. It refuses to move a provider: it copies the providers the moved resources use, which also stay in
+SRC. It never moves the stack's root. A moved resource whose parent stays behind is parented to DST's root in the
+state (pkg/cmd/pulumi/state/state_move.go in pulumi/pulumi).
 
 Which stack holds a resource comes from the layered stacks' own plans (`stacks.layers.assign`): each custom
 resource is in exactly one; a component is in every stack that creates children under it. A component moves to
@@ -21,8 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 ROOT_TYPE = "pulumi:pulumi:Stack"
+# Read by each stack that references another; it is never moved (it exists only in the layered stacks).
+REFERENCE_TYPE = "pulumi:pulumi:StackReference"
 PROVIDER_PREFIX = "pulumi:providers:"
-# `pulumi state move` exists from 3.120; the floor this migration is written and documented for.
+# `pulumi state move` exists since v3.125.0; re-parenting was fixed in v3.224.0 and copied providers in v3.226.0
+# (pulumi/pulumi's CHANGELOG): the floor for this migration.
 MINIMUM_CLI = "3.226.0"
 
 
@@ -100,7 +103,7 @@ def plan_migration(
         problems.append(f"plans for stacks not in the environment: {', '.join(unknown)}")
     for stack in order:
         for key in held.get(stack, ()):
-            if is_provider(key) or type_of(key) == ROOT_TYPE:
+            if is_provider(key) or type_of(key) in (ROOT_TYPE, REFERENCE_TYPE):
                 continue
             if deployed is not None and key not in deployed:
                 if resources.get(key, {}).get("custom", True):
@@ -220,9 +223,9 @@ def script(migration: Migration, backup: str, back: bool = False) -> str:
             lines.append(f"python -m stacks.orchestrate preview {q(env)} --check")
     else:
         lines += [
-            "# Back: every resource of each layered stack into the single stack (platform first).",
-            f"# Before: set `layout: single` in Pulumi.{env}.yaml; after: `pulumi preview --stack {env}` shows no",
-            "# change but the stack references and the component copies the layered stacks made.",
+            "# Back: every resource of each layered stack into the single stack (platform first). Before: no `up`",
+            f"# runs; `layout: single` is set in Pulumi.{env}.yaml. Providers are copied; what stays in a layered",
+            "# stack (its root, providers, the cluster stack reference, its component copies) goes with `stack rm`.",
         ]
         for stack in reversed(migration.order):
             tops = migration.tops(stack)
@@ -231,5 +234,12 @@ def script(migration: Migration, backup: str, back: bool = False) -> str:
             lines.append(f"pulumi state move --yes --source {q(stack)} --dest {q(env)} \\")
             urns = [f"urn:pulumi:{stack}::{k}" for k in tops]
             lines += [f"  {q(u)} \\" for u in urns[:-1]] + [f"  {q(urns[-1])}"]
-        lines += ["", f"pulumi preview --stack {q(env)} --diff"]
+        lines += [
+            "",
+            "# No change expected but the deletion of what only the layered layout has (the node groups' Node-patching",
+            "# credential in the cluster) and the stack references.",
+            f"pulumi preview --stack {q(env)} --diff",
+            "",
+        ]
+        lines += [f"# Once that preview shows no change: pulumi stack rm --force --yes {q(s)}" for s in migration.order]
     return "\n".join(lines) + "\n"
