@@ -127,8 +127,9 @@ def test_removing_an_agent_marks_its_drain_and_uninstall_destructive(prod_base):
         # Its delete removes the certificate timer, the program's own files only (no danger line).
         # Its copy of the host scripts: no delete command (the files stay for the deletes above).
         "cpu-20-scripts": "delete",
-        # Zabbix forgets a removed node (a host object, not a host step: no danger line).
-        "cpu-20-zabbix-host": "delete",
+        # Zabbix forgets a removed node: its group's host set deletes the host (no danger line), its claim drops it.
+        "monitoring-hosts-nodes": "update",
+        "monitoring-hosts-nodes-claim": "update",
         # The monitoring check runs again without the node in its host list (a Job's template is
         # immutable: a new run is a new Job).
         "acceptance-monitoring": "delete-before-replace",
@@ -264,8 +265,9 @@ def test_no_change_is_an_empty_diff(prod_base):
 def test_markdown_is_collapsible_per_component_with_counts(prod_base):
     head = changed(lambda raw: raw["nodes"].pop(node_index(raw, "cpu-04")))
     markdown = diff.render_markdown(diff.compare(prod_base, head))
-    # The other update: the team-placement admission policy no longer names cpu-04 among the storage hosts.
-    counts = "0 to create, 2 to update, 0 to replace, 1 to delete-before-replace,"
+    # The other updates: the team-placement admission policy no longer names cpu-04 among the storage hosts; its
+    # group's Zabbix host set and claim drop it.
+    counts = "0 to create, 4 to update, 0 to replace, 1 to delete-before-replace,"
     assert markdown.startswith(f"**ml-platform/prod**: {counts}")
     assert "| scheduling | 1 update |" in markdown
     assert "| cluster | 4 delete |" in markdown and "| ceph | 1 update, 1 delete |" in markdown

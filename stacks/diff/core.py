@@ -62,6 +62,9 @@ REPLACE_ON: dict[str, tuple[str, ...]] = {
     # changes (a new Admin or API password is an in-place update).
     **{f"pulumi-python:dynamic/zabbix:{kind}": ("kind",) for kind in ZABBIX_KINDS},
     "pulumi-python:dynamic/zabbix:Bootstrap": ("url", "api_user"),
+    # components/monitoring/host_set.py, `HostSetProvider.diff` and `HostClaimProvider.diff`: never replaced.
+    "pulumi-python:dynamic/zabbix:HostSet": (),
+    "pulumi-python:dynamic/zabbix:HostClaim": (),
     # components/monitoring/reader.py, `ApiTokenProvider.diff`: a new user or token name replaces the token,
     # the old one deleted first (Zabbix refuses a second token of one name for a user).
     "pulumi-python:dynamic/zabbix:ApiToken": ("username", "name"),

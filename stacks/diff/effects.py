@@ -263,6 +263,15 @@ KINDS: dict[str, KindEffects] = {
     "pulumi-python:dynamic/zabbix:HostClaim": KindEffects(
         quiet("marks which set holds its hosts"), quiet("marks its hosts again"), quiet("its marks are left")
     ),
+    # one per node group and one for the NAS: an update creates, updates and deletes the hosts that changed
+    "pulumi-python:dynamic/zabbix:HostSet": KindEffects(
+        quiet("its hosts created, updated or deleted through the Zabbix API (a host that left is deleted)"),
+        quiet("never replaced"),
+        Effect("its hosts' monitoring and their history are deleted", by="hosts minio"),
+    ),
+    "pulumi-python:dynamic/zabbix:HostClaim": KindEffects(
+        quiet("hosts entering its set are marked as its own"), quiet("never replaced"), quiet("nothing in Zabbix")
+    ),
     "pulumi-python:dynamic/zabbix:HostGroup": _zabbix("permissions and actions keyed to the group lose it"),
     "pulumi-python:dynamic/zabbix:MediaType": _zabbix("alerts stop reaching its channel (Slack, Mattermost)"),
     "pulumi-python:dynamic/zabbix:TemplateImport": _zabbix("items and triggers of the template leave its hosts"),
