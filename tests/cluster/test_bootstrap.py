@@ -294,7 +294,7 @@ GPU_OUTPUTS = {"acceptance", "gpuNodes", "gpuSchedulable", "gpuTotal"}
 )
 def test_adding_or_removing_a_node_touches_only_its_own_resources(prod_plan, edit, node, side, gpu):
     result = plan_cli.diff(_doc(prod_plan), _doc(evaluate("prod", edit)))
-    own = ["labels-taints", "membership", "prepare", "rke2", "scripts", "zabbix-host"]
+    own = ["labels-taints", "membership", "prepare", "rke2", "scripts"]
     if gpu:  # its InfiniBand and NVMe steps, and its own acceptance check
         own += ["infiniband", "nvme", "acceptance-gpu"]
     # A new InfiniBand GPU node is paired for the NCCL check: with 15 before, the odd one out (gpu-15, paired
@@ -308,8 +308,12 @@ def test_adding_or_removing_a_node_touches_only_its_own_resources(prod_plan, edi
     assert sorted(u.rsplit("::", 1)[1] for u in result[other]) == sorted(pairs.get(other, []))
     # Beyond the node's own resources, only the monitoring check runs again: it proves every host in
     # the inventory (the new one included, the removed one no longer) reports to Zabbix.
+    # Its Zabbix host is an entry of its group's host set (and of the set's claim); the check waits for the sets,
+    # not for every node's host, so its dependencies stay.
     assert {u.rsplit("::", 1)[1]: paths for u, paths in result["changed"].items()} == {
-        "acceptance-monitoring": ["dependencies", f"inputs.{HOSTS_PATH}"]
+        "acceptance-monitoring": [f"inputs.{HOSTS_PATH}"],
+        "monitoring-hosts-nodes": [f"inputs.spec.hosts.{node}"],
+        "monitoring-hosts-nodes-claim": ["inputs.hosts"],
     }
     outputs = {"monitoredHosts", *(GPU_OUTPUTS if gpu else ())}
     assert result["outputs"] == dict.fromkeys(sorted(outputs), "changed")
