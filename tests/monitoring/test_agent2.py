@@ -21,6 +21,7 @@ import yaml
 
 from components.monitoring.api import DEFAULT_ADMIN, DEFAULT_PASSWORD, login
 from components.monitoring.config import PSK_IDENTITY, RELEASE, global_macros, template_sources
+from components.monitoring.host_set import expand
 from components.monitoring.kinds import IMPORT_RULES, KINDS, normalized
 from settings import load
 from tests.conftest import requires_upstream, stack_doc
@@ -48,8 +49,14 @@ def agent_values(plan) -> dict:
 
 
 def node_names(plan, role: str) -> list[str]:
-    return [r["inputs"]["spec"]["host"] for r in plan.by_type("pulumi-python:dynamic/zabbix:Host")
-            if {"tag": "role", "value": role} in r["inputs"]["spec"]["tags"]]  # fmt: skip
+    """The agent hosts of `role` by name, from the Zabbix host sets (one per node group, one for the NAS hosts)."""
+    return sorted(h["host"] for h in planned_agent_hosts(plan) if {"tag": "role", "value": role} in h["tags"])
+
+
+def planned_agent_hosts(plan) -> list[dict]:
+    """Every node's and NAS host's Zabbix host spec, from the plan's host sets (components/monitoring/host_set.py)."""
+    sets = plan.by_type("pulumi-python:dynamic/zabbix:HostSet")
+    return [h for r in sets for h in expand(r["inputs"]["spec"]).values()]
 
 
 def daemonset_agent(plan, node: str, psk: str) -> tuple[str, dict]:

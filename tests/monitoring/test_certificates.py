@@ -17,7 +17,13 @@ from components.monitoring.api import DEFAULT_ADMIN, DEFAULT_PASSWORD, login
 from tests.cluster.test_rke2_certificate_dates import certificate, dates
 from tests.conftest import stack_doc
 from tests.monitoring.agent2 import _in_netns, run_agent2
-from tests.monitoring.test_agent2 import daemonset_agent, host_with_template, node_names, server_names
+from tests.monitoring.test_agent2 import (
+    daemonset_agent,
+    host_with_template,
+    node_names,
+    planned_agent_hosts,
+    server_names,
+)
 from tests.monitoring.test_https import _openssl, make_ca
 from tests.monitoring.test_infiniband import _value, _wait
 from tests.monitoring.test_triggers import OK, PROBLEM, triggers
@@ -61,7 +67,7 @@ def serve_tls(netns: str, address: str, port: int, state: dict) -> socket.socket
 
 
 def cert_endpoints(plan, host: str) -> str:
-    spec = plan.named(f"{host}-zabbix-host")["inputs"]["spec"]
+    spec = next(h for h in planned_agent_hosts(plan) if h["host"] == host)
     return next(m["value"] for m in spec["macros"] if m["macro"] == "{$CERT.ENDPOINTS}")
 
 
