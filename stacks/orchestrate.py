@@ -107,12 +107,8 @@ def main(
             raise ValueError("--groups: name at least one group")
         environment = Environment(args.env, work_dir, auto)
         orchestrator = Orchestrator(environment, stacks, out)
-        if args.action == "destroy" and groups:
-            raise ValueError(
-                "--groups: destroy takes the whole environment (platform, groups, cluster); to retire a group, "
-                "remove its nodes from the settings and run up (the group's stack then deletes them)"
-            )
-        orchestrator.choose(groups)  # an unknown group is refused before any stack is touched
+        if args.action != "destroy":
+            orchestrator.choose(groups)  # an unknown group is refused before any stack is touched
         if args.action == "init":
             chosen = [s for s in stacks if args.stack in (None, s.name)]
             if not chosen:

@@ -246,6 +246,27 @@ def test_destroy_keeps_the_cluster_while_a_group_is_left(fleet):
     assert report.held == f"{ENV}-cluster kept: {ENV}-nodes-rack-d failed to destroy"
 
 
+# --- a group the settings no longer declare -------------------------------------------------------------------
+
+
+def test_a_retired_groups_stack_blocks_up_until_it_is_destroyed(fleet):
+    more = [*SPECS[:-1], StackSpec(f"{ENV}-nodes-rack-e", "nodes", "rack-e"), SPECS[-1]]
+    Orchestrator(Environment(ENV, fleet.work_dir, fleet), more, lambda line: None).run("up", 8)
+    # rack-e's last nodes left the settings: its stack still holds them, and nothing else would drain them.
+    with pytest.raises(ValueError, match=f"{ENV}-nodes-rack-e: the stack of a node group the settings no longer"):
+        orchestrator(fleet).run("up", 8)
+    lines: list[str] = []
+    orchestrator(fleet, lines).run("preview", 8)
+    assert any(line.startswith(f"warning: {ENV}-nodes-rack-e:") for line in lines)
+    with pytest.raises(ValueError, match="--groups rack-a: destroy takes a group only once the settings no longer"):
+        orchestrator(fleet).run("destroy", 8, groups=["rack-a"])
+    before = len(fleet.runs)
+    assert orchestrator(fleet).run("destroy", 8, groups=["rack-e"]).ok
+    assert [(r.stack, r.action) for r in fleet.runs[before:]] == [(f"{ENV}-nodes-rack-e", "destroy")]
+    assert ["stack", "rm", "--yes", f"{ENV}-nodes-rack-e"] in fleet.cli and f"{ENV}-nodes-rack-e" not in fleet.stacks
+    assert orchestrator(fleet).run("up", 8).ok
+
+
 # --- the zero-change check ---------------------------------------------------------------------------------------
 
 
@@ -320,7 +341,7 @@ def test_the_command_runs_the_stacks_the_settings_declare(layered_env):
     [
         (["up", ENV, "--groups", "group-09"], "--groups: group-09 not a node group of fleet (its groups: group-01"),
         (["up", ENV, "--parallel", "0"], "--parallel 0: give at least 1"),
-        (["destroy", ENV, "--groups", "group-01"], "to retire a group, remove its nodes from the settings"),
+        (["destroy", ENV, "--groups", "group-01"], "to retire a group, remove its nodes from the settings and run up"),
         (["preview", ENV, "--resume"], "--resume: only with up"),
     ],
 )

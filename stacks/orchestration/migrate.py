@@ -198,6 +198,9 @@ def script(migration: Migration, backup: str, back: bool = False) -> str:
         lines += [
             "# 1. The backup: the whole state of the single stack (secrets stay encrypted). Keep it until the",
             "#    layered stacks have previewed with no changes and run one `up`.",
+            f"if [ -e {q(backup)} ]; then",
+            f"  echo {q(backup + ' exists: this script ran before; run its remaining moves by hand')} >&2; exit 1",
+            "fi",
             f"pulumi stack export --stack {q(env)} --file {q(backup)}",
             "",
             "# 2. The layered stacks, created with the environment's secrets provider and config.",

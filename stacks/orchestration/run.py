@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from stacks.layers import DIGEST_OUTPUT, NODE_INPUTS, digest_of
+from stacks.layers import DIGEST_OUTPUT, NODE_INPUTS, StackSpec, digest_of
 from stacks.orchestration.workspace import Environment
 
 ACTIONS = ("preview", "up", "refresh", "destroy")
@@ -77,6 +77,9 @@ class Orchestrator:
         if spec.name not in self._stacks:
             self._stacks[spec.name] = self.environment.open(spec.name, spec.layer)
         return self._stacks[spec.name]
+
+    def stack_of(self, name: str) -> Any:
+        return self._stacks[name]
 
     def say(self, line: str) -> None:
         with self._lock:
@@ -189,10 +192,23 @@ class Orchestrator:
         self.allowed = set(allowed)
         if action not in ACTIONS:
             raise ValueError(f"{action}: not one of {', '.join(ACTIONS)}")
+        retired = self.retired()
+        if action == "destroy" and groups is not None:
+            return self._destroy(Report(action), parallel, self.choose_retired(groups, retired), True)
         chosen = self.choose(groups)
         report = Report(action)
         if action == "destroy":
-            return self._destroy(report, parallel, chosen, groups is not None)
+            return self._destroy(report, parallel, chosen, False)
+        if retired:
+            names = ", ".join(s.name for s in retired)
+            message = (
+                f"{names}: the stack of a node group the settings no longer declare; its nodes are neither drained "
+                f"nor deleted until `python -m stacks.orchestrate destroy {self.environment.env} --groups "
+                f"{','.join(s.group for s in retired)}` (a renamed group: docs/runbook.md, section 24's moves)"
+            )
+            if action == "up":
+                raise ValueError(message)
+            self.say(f"warning: {message}")
         (cluster,) = self.layer("cluster")
         report.results.append(self._op(cluster, action, parallel, check))
         if action == "up" and report.results[-1].status != "succeeded":
@@ -251,7 +267,12 @@ class Orchestrator:
 
     def _destroy(self, report: Report, parallel: int, chosen: list[Any], only_groups: bool) -> Report:
         if only_groups:
+            # Retired groups: once destroyed, their stacks go too (nothing declares them any more).
             report.results += self._groups(chosen, "destroy", parallel)
+            for result in report.results:
+                if result.status == "succeeded":
+                    self.stack_of(result.stack).workspace.remove_stack(result.stack)
+                    result.note = "stack removed"
             return self._finish(report)
         (platform,) = self.layer("platform")
         (cluster,) = self.layer("cluster")
@@ -267,6 +288,29 @@ class Orchestrator:
             return self._finish(report)
         report.results.append(self._op(cluster, "destroy", parallel))
         return self._finish(report)
+
+    def retired(self) -> list[StackSpec]:
+        """The backend's node-group stacks of groups the settings no longer declare (their last nodes removed)."""
+        prefix = f"{self.environment.env}-nodes-"
+        known = {s.name for s in self.specs}
+        return [
+            StackSpec(name, "nodes", name.removeprefix(prefix))
+            for name in self.environment.existing()
+            if name.startswith(prefix) and name not in known
+        ]
+
+    def choose_retired(self, groups: Sequence[str], retired: list[StackSpec]) -> list[StackSpec]:
+        """`destroy --groups`: only groups the settings no longer declare (a declared group's nodes leave by
+        being removed from the settings, then `up`)."""
+        by_group = {s.group: s for s in retired}
+        declared = [g for g in groups if g not in by_group]
+        if declared:
+            raise ValueError(
+                f"--groups {','.join(declared)}: destroy takes a group only once the settings no longer declare it "
+                f"(retired groups: {', '.join(sorted(by_group)) or 'none'}); to retire a group, remove its nodes from "
+                "the settings and run up, or destroy the whole environment without --groups"
+            )
+        return [by_group[g] for g in dict.fromkeys(groups)]
 
     def choose(self, groups: Optional[Sequence[str]]) -> list[Any]:
         specs = self.layer("nodes")
@@ -328,5 +372,5 @@ def _counts(summary: Any) -> dict[str, int]:
 
 def _last_error_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("error:")]
+    errors = [line[line.index("error:") :] for line in lines if "error:" in line]
     return (errors or lines or ["failed"])[-1][:300]

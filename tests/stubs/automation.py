@@ -263,6 +263,13 @@ class Workspace:
         config = self.fleet.config(stack_name)
         self.fleet._write_config(stack_name, {k: v for k, v in config.items() if k not in keys})
 
+    def remove_stack(self, stack_name: str, force=None, preserve_config=None) -> None:
+        _conform(real.LocalWorkspace.remove_stack, None, stack_name, force, preserve_config)
+        if self.fleet.stacks[stack_name].outputs:
+            raise CommandError(CommandResult("", f"error: {stack_name} still has resources", 255))
+        self.fleet.cli.append(["stack", "rm", "--yes", stack_name])
+        del self.fleet.stacks[stack_name]
+
     def list_stacks(self, include_all: Optional[bool] = None) -> list[real.StackSummary]:
         return [real.StackSummary(name, False) for name in sorted(self.fleet.stacks)]
 
