@@ -16,11 +16,13 @@ from settings.rules import (
     ceph,
     claims,
     cluster,
+    compatibility,
     hosts,
     identity,
     minio,
     monitoring,
     network,
+    queues,
     scheduling,
     semantics,
 )
@@ -43,6 +45,8 @@ RULES: tuple[Rule, ...] = (
     *monitoring.RULES,
     *semantics.RULES,
     *identity.RULES,
+    *compatibility.RULES,
+    *queues.RULES,
 )
 
 __all__ = [
