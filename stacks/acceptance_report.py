@@ -25,7 +25,8 @@ import importlib.util
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -135,6 +136,53 @@ def parse(check_id: str, meta: dict[str, str], log: str, job: Optional[dict[str,
     )
 
 
+def parse_rows(check_id: str, meta: dict[str, str], log: str, job: Optional[dict[str, Any]] = None) -> list[Result]:
+    """A check's rows: one, or with `perNode` (a group's driver that runs the check on each of its nodes) one per
+    node the check covers, so every node's result is named; a node without a record has no result."""
+    if meta.get("perNode") != "true":
+        return [parse(check_id, meta, log, job)]
+    by_node: dict[str, list[str]] = {node: [] for node in meta.get("node", "").split(",") if node}
+    for line in log.splitlines():
+        if line.startswith(MARK):
+            rows = evidence.records(line)
+            by_node.setdefault(str(rows[0].get("node", "")) if rows else "", []).append(line)
+    return [parse(check_id, {**meta, "node": node}, "\n".join(lines), job) for node, lines in sorted(by_node.items())]
+
+
+def with_history(results: list[Result], checks: dict[str, dict[str, str]], path: Path) -> list[Result]:
+    """Checks run on each node of a group in turn (`everyRuns` in their stack output) keep, in the file `path`, the
+    runs they ran (each Job's start) and each node's last passed run. A node that has not passed within the last
+    `everyRuns` runs (busy each time: skipped) fails, naming its last pass: a node never free is never checked."""
+    history = json.loads(path.read_text()) if path.exists() else {}
+    rows = {r.check for r in results}
+    out = []
+    for check_id, meta in checks.items():
+        if not meta.get("everyRuns") or check_id not in rows:
+            continue
+        entry = history.setdefault(check_id, {"runs": [], "passed": {}})
+        mine = [r for r in results if r.check == check_id]
+        run = next((r.started for r in mine if r.started), "") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        if run not in entry["runs"]:
+            entry["runs"] = [*entry["runs"], run][-100:]
+        for r in mine:
+            if r.green:
+                entry["passed"][r.node] = run
+    every = {c: int(m["everyRuns"]) for c, m in checks.items() if m.get("everyRuns")}
+    for r in results:
+        entry = history.get(r.check)
+        if entry is None or r.green or r.check not in every:
+            out.append(r)
+            continue
+        last = entry["passed"].get(r.node, "")
+        # Only once there have been that many runs; the run that checks the node is what fixes it.
+        if len(entry["runs"]) >= every[r.check] and last not in entry["runs"][-every[r.check] :]:
+            detail = f"{r.detail}; not checked within the last {every[r.check]} runs (last passed: {last or 'never'})"
+            r = replace(r, status="failed", detail=detail)
+        out.append(r)
+    path.write_text(json.dumps(history, indent=1, sort_keys=True) + "\n")
+    return out
+
+
 def summary(results: list[Result]) -> str:
     """The summary line: every state counted; what is not green said first."""
     count = {s: sum(r.status == s for r in results) for s in ORDER}
@@ -190,15 +238,13 @@ def _kubectl_json(*args: str) -> Optional[dict[str, Any]]:
     return json.loads(proc.stdout) if proc.returncode == 0 and proc.stdout.strip() else None
 
 
+def stack_output(stack: str) -> str:
+    command = ["pulumi", "stack", "output", "acceptance", "--json", "--stack", stack]
+    return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+
+
 def collect_live(stack: str) -> list[Result]:
-    checks = json.loads(
-        subprocess.run(
-            ["pulumi", "stack", "output", "acceptance", "--json", "--stack", stack],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-    )
+    checks = json.loads(stack_output(stack))
     results = []
     for check_id, meta in sorted(checks.items()):
         job = _kubectl_json("get", "job", "-n", meta["namespace"], meta["job"])
@@ -218,7 +264,7 @@ def collect_live(stack: str) -> list[Result]:
         if meta.get("podGroup"):
             group = _kubectl_json("get", "podgroups.scheduling.volcano.sh", "-n", meta["namespace"], meta["podGroup"])
             meta = {**meta, "podGroupPhase": ((group or {}).get("status") or {}).get("phase", "") or "gone"}
-        results.append(parse(check_id, {**meta, "jobRead": "true"}, logs.stdout, job))
+        results += parse_rows(check_id, {**meta, "jobRead": "true"}, logs.stdout, job)
     return results
 
 
@@ -228,7 +274,7 @@ def collect_files(checks_file: Path, logs: Path) -> list[Result]:
     for check_id, meta in sorted(checks.items()):
         log, job_file = logs / f"{check_id}.log", logs / f"{check_id}.job.json"
         job = json.loads(job_file.read_text()) if job_file.exists() else None
-        results.append(parse(check_id, meta, log.read_text() if log.exists() else "", job))
+        results += parse_rows(check_id, meta, log.read_text() if log.exists() else "", job)
     return results
 
 
@@ -238,13 +284,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--checks", type=Path, help="the `acceptance` stack output as JSON, instead of the stack")
     parser.add_argument("--logs", type=Path, help="with --checks: a directory of <check id>.log (and .job.json) files")
     parser.add_argument("--out", type=Path, help="write the Markdown here (else standard output)")
+    parser.add_argument(
+        "--history", type=Path, help="a JSON file kept between reports: nodes not checked within `everyRuns` runs fail"
+    )
     args = parser.parse_args(argv)
     if args.checks:
         results = collect_files(args.checks, args.logs or Path("."))
+        checks = json.loads(args.checks.read_text())
     elif args.stack:
         results = collect_live(args.stack)
+        checks = {}  # read again only for the history (below)
     else:
         parser.error("give STACK, or --checks FILE --logs DIR")
+    if args.history:
+        if not checks:
+            checks = json.loads(stack_output(args.stack))
+        results = with_history(results, checks, args.history)
     text = report(results)
     emit(text, args.out)
     for r in results:

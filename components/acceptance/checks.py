@@ -251,6 +251,7 @@ def gang_check(checks: AcceptanceChecks) -> None:
         pods=GANG_PODS,
         queue=GANG_QUEUE,
         pod_annotations={VOLCANO_GROUP_ANNOTATION: name},
+        report={"podGroup": name},  # the report shows its phase
         extra={
             "schedulerName": "volcano",
             "subdomain": GANG_JOB,

@@ -43,7 +43,7 @@ import pulumi_kubernetes as k8s
 
 from components.acceptance.checks import gang_check, storage_check, zabbix_check
 from components.acceptance.drift import probe_environment
-from components.acceptance.drivers import Driven, driver_pod_spec, driver_program, driver_rights
+from components.acceptance.drivers import Driven, dns_name, driver_pod_spec, driver_program, driver_rights
 from components.acceptance.gpu_checks import CHECK_LABEL, gpu_node_check, nccl_check
 from components.acceptance.programs import Programs, with_program
 from components.hosts.remote import fingerprint
@@ -177,11 +177,14 @@ class AcceptanceChecks(pulumi.ComponentResource):
         pod_labels: Optional[dict[str, str]] = None,
         pod_annotations: Optional[dict[str, str]] = None,
         driven: Optional[Driven] = None,
+        timeout: Optional[int] = None,
+        report: Optional[dict[str, str]] = None,
     ) -> k8s.batch.v1.Job:
         """One check's Job: bounded by the check's timeout, never retried (a failure is the result), replaced
         on the next `up` when it is not ready (it failed, or an `up` stopped waiting for it). With `driven`,
         the Job runs the driver (drivers.py), and the container and `extra` are its worker pod's."""
-        job_name = f"acceptance-{check_id}"[:63].rstrip("-")
+        job_name = dns_name(f"acceptance-{check_id}", 63)
+        seconds = timeout or check.timeout_seconds
         labels = {CHECK_LABEL: "check", **({QUEUE_LABEL: queue} if queue else {})}
         requests = containers_spec.get("resources", {}).get("requests", {})
         if not {"cpu", "memory"} <= set(requests):
@@ -208,11 +211,11 @@ class AcceptanceChecks(pulumi.ComponentResource):
         depends_on = [*self.extra_deps.get(check_id, []), program.config_map]
         if driven is not None:
             driver_env = [*env[:2], {"name": "NODE", "value": node}]  # what the driver's own result line names
-            pod_spec = driver_pod_spec(self, driver_env, pod_spec, driven, check.timeout_seconds)
+            pod_spec = driver_pod_spec(self, driver_env, pod_spec, driven, seconds)
             depends_on += [*self.driver_rights(), self.programs.deliver("driver.py", driver_program()).config_map]
         spec: dict[str, Any] = {
             "backoffLimit": 0,
-            "activeDeadlineSeconds": check.timeout_seconds,
+            "activeDeadlineSeconds": seconds,
             "template": {
                 "metadata": {
                     "labels": {CHECK_LABEL: "check", "ml-platform.io/check": check_id, **(pod_labels or {})},
@@ -235,7 +238,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
                 "namespace": namespace,
                 "labels": labels,
                 "annotations": {
-                    "pulumi.com/timeoutSeconds": str(check.timeout_seconds),
+                    "pulumi.com/timeoutSeconds": str(seconds),
                     REPLACE_UNREADY: "true",
                     HOME_ANNOTATION: self.home,
                 },
@@ -245,9 +248,7 @@ class AcceptanceChecks(pulumi.ComponentResource):
                 parent=self,
                 provider=self.args.provider,
                 depends_on=depends_on or None,
-                custom_timeouts=pulumi.CustomTimeouts(
-                    create=f"{check.timeout_seconds}s", update=f"{check.timeout_seconds}s"
-                ),
+                custom_timeouts=pulumi.CustomTimeouts(create=f"{seconds}s", update=f"{seconds}s"),
                 # A Job's template cannot change: a new run is a new Job.
                 delete_before_replace=True,
                 # Kueue admits a queued Job by clearing `suspend`: not a change to undo on the next up.
@@ -259,8 +260,9 @@ class AcceptanceChecks(pulumi.ComponentResource):
             "namespace": namespace,
             "node": node,
             "advisory": "true" if check.advisory else "false",
-            "timeoutSeconds": str(check.timeout_seconds),
+            "timeoutSeconds": str(seconds),
             "run": str(self.args.acceptance.run),
+            **(report or {}),
         }
         return job
 

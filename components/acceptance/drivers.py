@@ -10,6 +10,7 @@ nothing outside the platform namespace."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,22 @@ class Driven:
     rendezvous: str = ""
     storage_class: str = ""
     """The local volumes' class: the driver skips the check when every one of them is claimed."""
+    each: tuple[tuple[str, int, tuple[tuple[str, str], ...]], ...] = ()
+    """(node, GPUs, the worker's environment there) for a check run on every node of a group in turn."""
+    node_timeout: int = 0
+    """With `each`: each node's own time, counted from when the driver admits its worker."""
+
+
+def each_tasks(driven: Driven) -> list[dict[str, Any]]:
+    return [{"node": node, "gpus": gpus, "env": dict(env)} for node, gpus, env in driven.each]
+
+
+def dns_name(text: str, limit: int) -> str:
+    """`text` as a DNS label of at most `limit` characters: cut, with a digest of the whole name where it had to be
+    cut, so two long names that share a prefix never become one (two Jobs, or two rendezvous hostnames, alike)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 11].rstrip('-')}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
 
 
 def driver_program() -> str:
@@ -124,6 +141,14 @@ def driver_pod_spec(
             {"name": "RENDEZVOUS", "value": driven.rendezvous},
             *([{"name": "RENDEZVOUS_SERVICE", "value": RENDEZVOUS_SERVICE}] if driven.rendezvous else []),
             *([{"name": "STORAGE_CLASS", "value": driven.storage_class}] if driven.storage_class else []),
+            *(
+                [
+                    {"name": "EACH", "value": json.dumps(each_tasks(driven), separators=(",", ":"))},
+                    {"name": "NODE_TIMEOUT", "value": str(driven.node_timeout)},
+                ]
+                if driven.each
+                else []
+            ),
             {"name": "DEADLINE", "value": str(timeout - MARGIN)},
             {"name": "POLICY_WAIT", "value": str(policy_wait(timeout))},
             {"name": "SCHEDULE_WAIT", "value": str(SCHEDULE_WAIT)},

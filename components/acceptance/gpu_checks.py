@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.acceptance.drivers import RENDEZVOUS_SERVICE, Driven, policy_wait
+from components.acceptance.drivers import RENDEZVOUS_SERVICE, Driven, dns_name, policy_wait
 from components.cluster.config import GPU_TAINT, taint_object
 from settings import NodeSettings
 from settings.acceptance import AcceptanceSettings
@@ -52,6 +52,7 @@ def gpu_node_check(checks: AcceptanceChecks, node: NodeSettings) -> None:
         "env": [
             {"name": "EXPECTED_GPUS", "value": str(node.gpu.count)},
             {"name": "EXPECTED_DRIVER", "value": checks.args.driver_version or ""},
+            {"name": "EXPECTED_MODEL", "value": node.gpu.model},
             {"name": "RDMA", "value": "true" if rdma else "false"},
             # The validation files: waited for with the time the driver leaves after the ClusterPolicy.
             {"name": "WAIT", "value": str(validation_wait(settings.gpu_nodes.timeout_seconds))},
@@ -116,8 +117,9 @@ def nccl_check(checks: AcceptanceChecks) -> None:
         assert first.gpu is not None and second.gpu is not None
         gpus = min(first.gpu.count, second.gpu.count)
         check_id = f"nccl-ib-{first.name}-{second.name}"
-        # The workers' hostname prefix: the Job's name, cut so that `<prefix>-<i>` stays a DNS label (63 at most).
-        job_name = f"acceptance-{check_id}"[:61].rstrip("-")
+        # The workers' hostname prefix: the Job's name, cut so that `<prefix>-<i>` stays a DNS label (63 at most),
+        # with a digest of the whole name where it is cut (two pairs of long node names never share one).
+        job_name = dns_name(f"acceptance-{check_id}", 61)
         checks.extra_deps[check_id] = [service]
         checks.job(
             "gpu",
@@ -132,21 +134,33 @@ def nccl_check(checks: AcceptanceChecks) -> None:
             # Worker i on the pair's i-th node, `<job>-i.nccl-rendezvous` in DNS through the Service above.
             driven=Driven(nodes=(first.name, second.name), gpus=gpus, rendezvous=job_name),
         )
-    multi_gpu = [n for n in gpu_nodes if n.gpu and n.gpu.count >= 2]
-    if multi_gpu:
-        node = multi_gpu[0]
-        assert node.gpu is not None
+    # NVLink: every GPU node with 2+ GPUs, one driver per node group that takes its nodes in turn as each is free.
+    groups: dict[str, list[NodeSettings]] = {}
+    for node in gpu_nodes:
+        if node.gpu and node.gpu.count >= 2:
+            groups.setdefault(node.group_name, []).append(node)
+    for group, members in sorted(groups.items()):
+        each = []
+        for node in members:
+            assert node.gpu is not None
+            floor = settings.nccl.nvlink_floor_gbs(node.gpu.model)
+            env = (("NPROC", str(node.gpu.count)), ("FLOOR_GBS", "" if floor is None else str(floor)))
+            each.append((node.name, node.gpu.count, env))
+        most = max(n.gpu.count for n in members if n.gpu)
         checks.job(
             "gpu",
-            "nccl-nvlink",
+            f"nccl-nvlink-{group}",
             settings.nccl,
             namespace,
-            node.name,
-            nccl_container(
-                settings, node.gpu.count, settings.nccl.nvlink_floor_gbs(node.gpu.model), 1, "", checks.args
-            ),
+            ",".join(n.name for n in members),
+            nccl_container(settings, most, None, 1, "", checks.args),
             extra={"tolerations": [gpu_toleration()], "volumes": NCCL_VOLUMES},
-            driven=Driven(nodes=(node.name,), gpus=node.gpu.count),
+            driven=Driven(each=tuple(each), node_timeout=settings.nccl.timeout_seconds),
+            # Free nodes run at once, each within its own time from when the driver admits it; the second half
+            # of the Job's time is for nodes that were busy at first (still busy then: skipped, named).
+            timeout=settings.nccl.timeout_seconds * 2,
+            # The report names each node's result, and fails a node not checked within `nvlinkEveryRuns` runs.
+            report={"perNode": "true", "everyRuns": str(settings.nccl.nvlink_every_runs)},
         )
 
 
@@ -173,6 +187,9 @@ def nccl_container(
             {"name": "MAX_BYTES", "value": settings.nccl.message_size},
             {"name": "PLATEAU_BYTES", "value": settings.nccl.plateau_from},
             {"name": "EXPECT_TRANSPORT", "value": "NET/IB" if nodes > 1 else ""},
+            # The ports' physical rate from the hardware table, compared with what each HCA trained at.
+            {"name": "IB_RATE_GBPS", "value": f"{settings.nccl.ib_port_gbps:g}" if nodes > 1 else ""},
+            {"name": "IB_PORTS", "value": str(settings.nccl.ib_ports)},
             {"name": "HOME", "value": "/tmp"},
         ],
         "resources": {"requests": GPU_RESOURCES["nccl"]["requests"], "limits": limits},

@@ -173,9 +173,11 @@ SMI = (
 )
 
 
-def record(check: str, node: str, value: str, floor: str, unit: str, **evidence: object) -> str:
+def record(check: str, node: str, value: str, floor: str, unit: str, ended: str = "", **evidence: object) -> str:
     """A worker's passed record with positive evidence (what lib.sh prints), `evidence` overriding parts of it."""
     found = {"measured": "test", "amounts": {}, "durations_ms": {"run": "1200"}, "digests": {}, **evidence}
+    if ended:
+        found["ended"] = ended
     row = {"check": check, "node": node, "claim": "passed", "status": "passed", "value": value, "floor": floor}
     return "ACCEPTANCE " + json.dumps({**row, "unit": unit, "advisory": False, "detail": "ok", "evidence": found})
 

@@ -23,7 +23,11 @@ With STORAGE_CLASS (the tier-1 check), a check whose every local volume of that 
 before a worker is made (its claim could not bind). The verdict is derived from the workers' evidence records
 (evidence.py, pasted before this file): skipped and unverified exit 3, so the Job is not Complete.
 
-Parameters: CHECK NODE ADVISORY NAMESPACE POD_NAME POD_UID WORKER NODES GPUS RENDEZVOUS RENDEZVOUS_SERVICE STORAGE_CLASS
+With EACH (a JSON list of {node, gpus, env}: the NVLink check of a node group), the check runs on every node in
+turn, as each becomes free (run_each).
+
+Parameters: EACH NODE_TIMEOUT CHECK NODE ADVISORY NAMESPACE POD_NAME POD_UID WORKER NODES GPUS RENDEZVOUS
+  RENDEZVOUS_SERVICE STORAGE_CLASS
   DEADLINE POLICY_WAIT SCHEDULE_WAIT RETRY_EVERY API TOKEN_FILE CA_FILE (the last three: the in-cluster defaults)
 """
 
@@ -36,6 +40,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import Optional
 
 if "verdict" not in globals():  # run on its own, not as drivers.driver_program() assembles it
     from evidence import EXIT, records, verdict, worst
@@ -170,12 +175,18 @@ def free_volumes(api: Api, storage_class: str) -> None:
         )
 
 
-def worker_pod(index: int, node: str, deadline: float) -> dict:
+def worker_pod(index: int, node: str, deadline: float, task: Optional[dict] = None) -> dict:
+    """Worker `index` on `node`; `task` (EACH): its GPUs and the environment it sets for this node."""
     spec = json.loads(ENV["WORKER"])
     spec["activeDeadlineSeconds"] = max(1, int(deadline - time.monotonic()))
     container = spec["containers"][0]
-    env = [e for e in container.get("env", []) if e["name"] not in ("NODE", "JOB_COMPLETION_INDEX")]
-    container["env"] = [*env, {"name": "NODE", "value": node}, {"name": "JOB_COMPLETION_INDEX", "value": str(index)}]
+    own = dict((task or {}).get("env", {}))
+    own.update(NODE=node, JOB_COMPLETION_INDEX=str(0 if task else index))
+    env = [e for e in container.get("env", []) if e["name"] not in own]
+    container["env"] = [*env, *({"name": k, "value": str(v)} for k, v in own.items())]
+    if task:
+        limits = container.setdefault("resources", {}).setdefault("limits", {})
+        limits[GPU] = str(task["gpus"])
     labels = {WORKER_LABEL: "worker", "ml-platform.io/check": ENV["CHECK"]}
     rendezvous = ENV.get("RENDEZVOUS", "")
     if node:
@@ -187,6 +198,81 @@ def worker_pod(index: int, node: str, deadline: float) -> dict:
     owner = {"apiVersion": "v1", "kind": "Pod", "name": ENV["POD_NAME"], "uid": ENV["POD_UID"]}
     name = f"{ENV['POD_NAME']}"[:55].rstrip("-") + f"-w{index}"
     return {"metadata": {"name": name, "labels": labels, "ownerReferences": [owner]}, "spec": spec}
+
+
+def collect(api: Api, pods: str, names: list) -> list:
+    """The records the ended workers `names` printed (their logs relayed here for the report)."""
+    found = []
+    for name in names:
+        log = str(api.call("GET", f"{pods}/{name}/log", raw=True))
+        sys.stdout.write(log if log.endswith("\n") or not log else log + "\n")
+        found += records(log)
+    return found
+
+
+def run_each(api: Api, created: list) -> int:
+    """EACH (a JSON list of {node, gpus, env}): the check on every node of a group, one worker per node, pinned to
+    it. A node is taken when it is free (not cordoned, no other pod holding GPUs); a busy one is looked at again
+    every RETRY_EVERY seconds while the others run, until the Job's time is nearly up. Each worker's deadline
+    counts from when the driver admits it (creates it), not from the Job's start. A node never free is skipped,
+    named in its own record; the verdict is the worst of all."""
+    each = json.loads(ENV["EACH"])
+    deadline = time.monotonic() + int(ENV.get("DEADLINE", "540"))
+    per_node = int(ENV.get("NODE_TIMEOUT", "600"))
+    wait_for_policy(api)
+    pods = f"/api/v1/namespaces/{ENV['NAMESPACE']}/pods"
+    waiting, running, found, why = list(each), {}, [], {}
+    while waiting or running:
+        for task in list(waiting):
+            try:
+                node_state(api, task["node"], int(task["gpus"]))
+            except CheckEnd as busy:
+                if busy.status == "failed":
+                    waiting.remove(task)
+                    found.append(own_record("failed", busy.detail, task["node"]))
+                why[task["node"]] = busy.detail
+                continue
+            waiting.remove(task)
+            pod = worker_pod(len(created), task["node"], min(deadline, time.monotonic() + per_node), task)
+            try:
+                api.call("POST", pods, pod)
+            except (urllib.error.HTTPError, OSError) as error:
+                found.append(own_record("failed", f"cannot create the worker pod: {error}", task["node"]))
+                continue
+            created.append(pod["metadata"]["name"])
+            running[pod["metadata"]["name"]] = (task, time.monotonic() + per_node)
+        for name, (task, ends) in list(running.items()):
+            phase = api.get(f"{pods}/{name}", f"worker pod {name}").get("status", {}).get("phase", "Pending")
+            if phase in ("Succeeded", "Failed"):
+                del running[name]
+                got = collect(api, pods, [name])
+                found += got or [own_record("failed", f"worker {name} printed no result ({phase})", task["node"])]
+            elif time.monotonic() >= min(ends, deadline):
+                del running[name]
+                found.append(own_record("failed", f"worker {name} did not end within its time ({phase})", task["node"]))
+        if time.monotonic() >= deadline:
+            for task in waiting:
+                detail = f"{why.get(task['node'], 'not taken')}, all through the check's time: not checked"
+                found.append(own_record("skipped", detail, task["node"]))
+            break
+        if waiting or running:
+            time.sleep(int(ENV.get("RETRY_EVERY", "10")))
+    verdicts = [verdict(r) for r in found]
+    for (status, reason), record in zip(verdicts, found, strict=True):
+        if status != "passed":
+            node, detail = record.get("node", "?"), reason or record.get("detail")
+            print(f"acceptance check {ENV['CHECK']} {status} on {node}: {detail}", file=sys.stderr)
+    return exit_status(worst(v for v, _ in verdicts))
+
+
+def own_record(status: str, detail: str, node: str) -> dict:
+    """A record the driver writes for one node of a group (printed as it is made)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    row = {"check": ENV["CHECK"], "node": node, "claim": status, "status": status, "value": "", "floor": "", "unit": ""}
+    row.update(advisory=status != "passed" and ENV.get("ADVISORY") == "true", detail=detail)
+    row["evidence"] = {"measured": "", "at": now, "ended": now, "amounts": {}, "durations_ms": {}, "digests": {}}
+    print("ACCEPTANCE " + json.dumps(row, separators=(",", ":")))
+    return row
 
 
 def run(api: Api, created: list) -> int:
@@ -249,7 +335,7 @@ def main() -> int:
     api = None
     try:
         api = Api()
-        return run(api, created)
+        return run_each(api, created) if ENV.get("EACH") else run(api, created)
     except CheckEnd as done:
         return finish(done.status, done.detail)
     except OSError as error:
