@@ -103,6 +103,10 @@ class Team(Model):
     ephemeral_storage: ByteSize = "1Ti"
     """requested ephemeral storage (container writable layers, emptyDir, logs) of all the team's pods in one namespace
     (Kueue does not account it: this namespace quota is its only limit)"""
+    ipoib_range: Annotated[Optional[IPv4Network], Claim("cidr", network="ipoib-pods")] = None
+    """the team's own IPoIB address pool (with `network.infiniband.ipoibNetwork.enabled`) and a network per namespace,
+    `<ipoibNetwork.name>-<namespace>`: its pods attach only those; unset: the team has no IPoIB network (kept,
+    unused, while the IPoIB network is off)"""
     egress_cidrs: list[IPv4Network] = []
     """addresses outside the cluster the team's pods may reach (a proxy, a dataset mirror, `0.0.0.0/0`); the cluster's
     pod and service networks, its nodes and the NAS stay unreachable whatever is listed here"""
@@ -133,6 +137,10 @@ class Team(Model):
             "the namespaces' storage quota: new claims beyond it are refused (existing claims are kept)"
         ),
         "ephemeral_storage": rerender("the namespaces' ResourceQuota and LimitRange"),
+        "ipoib_range": replaces(
+            "the team's IPoIB pool and networks: attached pods keep their old addresses until restarted, new pods get "
+            "the new range"
+        ),
         "egress_cidrs": restricts(
             "the team's pods lose the ranges taken off (egress NetworkPolicy): open connections to them are cut"
         ),

@@ -52,6 +52,15 @@ RKE2_CONTAINERD_DROP_IN = "/var/lib/rancher/rke2/agent/etc/containerd/config-v3.
 DCGM_METRICS_CONFIG = "dcgm-exporter-metrics"
 DCGM_METRICS = Path(__file__).parent / "dcgm-metrics.csv"
 RUNTIME_CLASS = "nvidia"
+# GPUs only through the device plugin. Toolkit v1.20.0 (the chart's pin): the runtime takes a container's devices from
+# CDI annotations, then volume mounts, then NVIDIA_VISIBLE_DEVICES, the last only for a privileged container or when
+# `accept-nvidia-visible-devices-envvar-when-unprivileged` is true (internal/config/image/cuda_image.go
+# `VisibleDevices`), and that option defaults to true (api/config/v1/config.go; the installer's flag reads this
+# variable, cmd/nvidia-ctk-installer/toolkit/toolkit.go). CUDA images set NVIDIA_VISIBLE_DEVICES=all, so without
+# this any pod with an NVIDIA runtime class gets every GPU of its node. The device plugin does not need the variable:
+# with `cdi.enabled` GPU Operator v26.7.0 sets its DEVICE_LIST_STRATEGY to `cdi-annotations,cdi-cri`
+# (controllers/object_controls.go `transformDevicePluginCtrForCDI`, which overrides any `devicePlugin.env` entry).
+TOOLKIT_TENANCY_ENV = [{"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED", "value": "false"}]
 DEVICE_PLUGIN_CONFIG = "device-plugin-config"
 DEVICE_PLUGIN_CONFIG_KEY = "time-slicing"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
@@ -206,6 +215,7 @@ def gpu_operator_values(gpu: GpuSettings, deploy_nfd: bool = True) -> dict[str, 
                 # `containerd config dump` with whatever containerd is first on the host's PATH, which
                 # on an RKE2 node is not RKE2's (or none), and would build the drop-in from that.
                 {"name": "RUNTIME_CONFIG_SOURCE", "value": f"file={RKE2_CONTAINERD_CONFIG}"},
+                *TOOLKIT_TENANCY_ENV,
             ],
         },
         # Host network: Zabbix scrapes each GPU node's exporter at <node address>:9400 (the

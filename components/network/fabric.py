@@ -36,7 +36,9 @@ import yaml
 from components.cluster.config import API_PORT, GPU_TAINT, ROLE_LABEL
 from components.common import Wiring
 from components.helm import release
+from components.network.team_ipoib import team_networks
 from settings import Charts, ClusterSettings, InfinibandSettings, NetworkSettings, NodeSettings
+from settings.scheduling import Team
 
 NETWORK_OPERATOR_NAMESPACE = "nvidia-network-operator"
 # The operator reconciles only the NicClusterPolicy of this name.
@@ -68,6 +70,8 @@ class NetworkFabricArgs:
     cluster: ClusterSettings
     gpu_nodes: list[NodeSettings]
     wiring: Wiring
+    # Teams with an IPoIB range of their own (`scheduling.teams[].ipoibRange`): a pool each, a network per namespace.
+    teams: Sequence[Team] = ()
 
 
 class NetworkFabric(pulumi.ComponentResource):
@@ -206,6 +210,8 @@ class NetworkFabric(pulumi.ComponentResource):
                 parent=self, provider=wiring.in_cluster.provider, depends_on=[operator, policy, pool]
             ),
         )
+        # One pool per team and one network per team namespace (components/network/team_ipoib.py).
+        team_networks(name, self, args.teams, ib, args.gpu_nodes, wiring.in_cluster.provider, [operator, policy, crd])
 
 
 def ip_pool_crd(

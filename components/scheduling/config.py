@@ -132,8 +132,25 @@ PRIORITY_CLASS_PATHS = {
         "spec.submitterPodTemplate.spec.priorityClassName",
     ],
 }
-# Object counts only; compute quota is Kueue's alone.
-OBJECT_QUOTA = {"services.loadbalancers": "0", "services.nodeports": "0", "persistentvolumeclaims": "200"}
+# Object counts per team namespace (the ResourceQuota `objects`): no load balancer or NodePort, and a ceiling on every
+# kind a team or the controllers acting for it can multiply, so that no team fills etcd (each object may be up to
+# 1.5 MiB) or the API server's lists. Generous for real work: a Job's Workload and pods are bounded by the Jobs.
+OBJECT_QUOTA = {
+    "services.loadbalancers": "0",
+    "services.nodeports": "0",
+    "persistentvolumeclaims": "200",
+    "count/services": "100",
+    "count/configmaps": "200",
+    "count/secrets": "200",
+    "count/events": "5000",
+    "count/jobs.batch": "1000",
+    "count/cronjobs.batch": "50",
+    "count/jobsets.jobset.x-k8s.io": "500",
+    "count/trainjobs.trainer.kubeflow.org": "500",
+    "count/rayjobs.ray.io": "200",
+    "count/rayclusters.ray.io": "50",
+    "count/workloads.kueue.x-k8s.io": "2000",
+}
 
 
 def kueue_manager_config(sched: SchedulingSettings, unaccounted_resources: Sequence[str]) -> dict[str, Any]:

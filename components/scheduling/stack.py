@@ -32,6 +32,7 @@ team's own stack of the `teams/` program (docs/teams.md), so this stack holds no
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -42,6 +43,7 @@ import pulumi_kubernetes as k8s
 from components.common import Wiring
 from components.helm import release
 from components.namespaces import REASON_ANNOTATION
+from components.scheduling.admission import pod_devices_policy_spec, surface_policy_spec
 from components.scheduling.config import (
     KUEUE_API,
     LOCAL_QUEUE,
@@ -90,6 +92,10 @@ class SchedulingStackArgs:
     # Every StorageClass of the platform: a team gets 0 of each it is not given (`teams[].storage`).
     storage_classes: Sequence[str]
     wiring: Wiring
+    # The RDMA device plugin's extended resource (in `unaccounted_resources`); None without GPU nodes.
+    rdma_resource: Optional[str] = None
+    # The IPoIB networks (NetworkAttachmentDefinition names) each team's pods may attach; none: no IPoIB network.
+    team_ib_networks: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 class SchedulingStack(pulumi.ComponentResource):
@@ -274,7 +280,7 @@ class SchedulingStack(pulumi.ComponentResource):
             k8s.core.v1.ResourceQuota(
                 f"{key}-compute",
                 metadata={"name": "compute", "namespace": ns},
-                spec={"hard": compute_quota(team, args.scheduling, args.storage_classes)},
+                spec={"hard": compute_quota(team, args.scheduling, args.storage_classes, args.rdma_resource)},
                 opts=in_ns,
             )
             self._network_policies(team, ns, key, in_ns)
@@ -302,6 +308,21 @@ class SchedulingStack(pulumi.ComponentResource):
             f"{prefix}-resources",
             f"{team.name}-workload-resources",
             resources_policy_spec(team, groups),
+            {"namespaceSelector": {"matchLabels": {TEAM_LABEL: team.name}}},
+            k8s_opts,
+        )
+        # What the team may set (components/scheduling/surface.py), and every pod's devices and networks.
+        self._policy(
+            f"{prefix}-surface",
+            f"{team.name}-tenant-surface",
+            surface_policy_spec(team, groups, args.team_ib_networks.get(team.name, [])),
+            {"namespaceSelector": {"matchLabels": {TEAM_LABEL: team.name}}},
+            k8s_opts,
+        )
+        self._policy(
+            f"{prefix}-pod-devices",
+            f"{team.name}-pod-devices",
+            pod_devices_policy_spec(team, args.team_ib_networks.get(team.name, []), args.rdma_resource),
             {"namespaceSelector": {"matchLabels": {TEAM_LABEL: team.name}}},
             k8s_opts,
         )

@@ -17,6 +17,7 @@ from components.scheduling.config import (
     PRIORITY_LABELLED,
     holds_at,
 )
+from components.scheduling.surface import SERVICE_SPEC, SERVICE_TYPES, refused_fields
 from settings import NodeSettings, SchedulingSettings
 from settings.scheduling import FlavorQuota, Team, quantity_value
 
@@ -98,7 +99,9 @@ def team_ceilings(team: Team, sched: SchedulingSettings) -> dict[str, float]:
     return {r: sum(ceiling(team, sched, f, r) for f in team.quotas) for r in ("cpu", "memory", GPU_RESOURCE)}
 
 
-def compute_quota(team: Team, sched: SchedulingSettings, storage_classes: Sequence[str]) -> dict[str, str]:
+def compute_quota(
+    team: Team, sched: SchedulingSettings, storage_classes: Sequence[str], rdma_resource: Optional[str] = None
+) -> dict[str, str]:
     """The namespace ResourceQuota `compute`: the backstop for what bypasses Kueue, sized at the team's Kueue
     ceiling, so admitted work always fits and unadmitted pods cannot add to it. Each of a team's namespaces
     gets the whole team's ceiling: Kueue may admit all of it in any one of them.
@@ -118,6 +121,11 @@ def compute_quota(team: Team, sched: SchedulingSettings, storage_classes: Sequen
         "requests.ephemeral-storage": team.ephemeral_storage,
         "requests.storage": quantity(sum(quantity_value(v) for v in team.storage.values())),
     }
+    if rdma_resource:
+        # The RDMA device plugin's shared slots (rdmaHcaMax per node) are outside Kueue (excludeResourcePrefixes):
+        # at most one per GPU the team can hold, none for a team without RDMA; the pod-devices policy allows a
+        # container one slot, and only with a GPU.
+        hard[f"requests.{rdma_resource}"] = quantity_value_text(ceilings[GPU_RESOURCE]) if team.rdma else "0"
     for klass in sorted({*storage_classes, *team.storage}):
         allowed = team.storage.get(klass, "0")
         hard[f"{klass}.storageclass.storage.k8s.io/requests.storage"] = allowed
@@ -345,8 +353,23 @@ def placement_policy_spec(nodes: Sequence[NodeSettings]) -> dict[str, Any]:
     }
 
 
+def services_validations() -> list[dict[str, str]]:
+    """The Service fields the classification refuses (surface.SERVICE_SPEC), besides externalIPs."""
+    fields = [f for f in refused_fields(SERVICE_SPEC) if f != "externalIPs"]
+    return [
+        {
+            "expression": " && ".join(f"!has(object.spec.{f})" for f in fields)
+            + f" && (!has(object.spec.type) || object.spec.type in {_cel_list(SERVICE_TYPES)})",
+            "message": "a Service in a team namespace must be of type ClusterIP (or headless) without "
+            f"{', '.join(fields)}: rule services (an ExternalName Service points cluster DNS, and any proxy that "
+            "follows it, at a name outside the team; NodePorts and load balancers open it to the network)",
+        }
+    ]
+
+
 def services_policy_spec() -> dict[str, Any]:
-    """Admission refuses a Service in a team namespace that sets `spec.externalIPs`. kube-proxy (and
+    """Admission refuses a Service in a team namespace that sets `spec.externalIPs` (and what `services_validations`
+    refuses). kube-proxy (and
     Cilium's replacement of it) sends traffic for such an address, from every pod and every node, to the
     Service's endpoints, whoever created it (CVE-2020-8554): a team could draw the NAS's, a proxy's or an
     upstream DNS server's traffic to its own pods, or drop it there."""
@@ -367,6 +390,7 @@ def services_policy_spec() -> dict[str, Any]:
                 "expression": "!has(object.spec.externalIPs) || size(object.spec.externalIPs) == 0",
                 "message": "a Service in a team namespace may not set spec.externalIPs: the address's traffic from "
                 "every pod and node would reach this Service (CVE-2020-8554)",
-            }
+            },
+            *services_validations(),
         ],
     }

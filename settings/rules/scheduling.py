@@ -224,6 +224,14 @@ def _tenancy_problems(s: Settings, add) -> None:
                         f"scheduling.teams[{i}].egressCidrs[{j}]: {cidr} lies inside the cluster network {cluster}; "
                         "egressCidrs are for addresses outside the cluster (a team reaches its own pods already)"
                     )
+    _ipoib_problems(s, add)
+    web = s.monitoring.web
+    if web.ingress_host and not web.ingress_class_name and not s.cluster.bundled_ingress:
+        add(
+            "monitoring.web.ingressHost: no ingress controller serves it (RKE2's bundled one is off, "
+            "cluster.bundledIngress); set monitoring.web.ingressClassName to the site's own controller, or "
+            "cluster.bundledIngress: true"
+        )
     tenant_cpu = [n for n in s.nodes if n.role == "cpu" and not n.control_plane and not n.storage_host]
     cpu_teams = [i for i, team in enumerate(s.scheduling.teams) if CPU_FLAVOR in team.quotas]
     if s.scheduling.tenant_nodes_only and cpu_teams and not tenant_cpu:
@@ -242,6 +250,24 @@ def _tenancy_problems(s: Settings, add) -> None:
                     f"{source.namespace}, but team {team.name!r} may claim {allowed} there; raise "
                     f"scheduling.teams[{i}].storage.{source.storage_class}"
                 )
+
+
+def _ipoib_problems(s: Settings, add) -> None:
+    """A team's IPoIB range is a pool of its own (overlaps are the claims' to report) that must hold one nv-ipam
+    per-node block for every GPU node. With the IPoIB network off the ranges are kept, unused."""
+    ipoib = s.network.infiniband.ipoib_network
+    gpu_nodes = [n for n in s.nodes if n.role == "gpu"]
+    for i, team in enumerate(s.scheduling.teams):
+        if team.ipoib_range is None or not ipoib.enabled or not gpu_nodes:
+            continue
+        at = f"scheduling.teams[{i}].ipoibRange"
+        size = ipaddress.ip_network(team.ipoib_range).num_addresses
+        if size < ipoib.per_node_block_size * len(gpu_nodes):
+            add(
+                f"{at}: {team.ipoib_range} holds {size} addresses, fewer than one block of "
+                f"network.infiniband.ipoibNetwork.perNodeBlockSize ({ipoib.per_node_block_size}) for each of the "
+                f"{len(gpu_nodes)} GPU nodes; choose a larger range"
+            )
 
 
 def _quantity_is_zero(quantity: str) -> bool:
