@@ -153,6 +153,14 @@ def test_a_key_the_environment_drops_leaves_every_stack(fleet):
     assert all("kubernetes:kubeconfig" not in r.config for r in fleet.runs[len(SPECS) :])
 
 
+def test_an_environment_importing_esc_environments_is_refused_before_any_stack(tmp_path):
+    write_env(tmp_path, environment=["ml-platform/prod-secrets"])
+    fleet = standin.Fleet(ENV, tmp_path, CLUSTER)
+    with pytest.raises(ValueError, match="environment: the layered stacks get the environment's config by"):
+        orchestrator(fleet)
+    assert fleet.stacks == {}
+
+
 # --- failure, resume, staleness ---------------------------------------------------------------------------------
 
 

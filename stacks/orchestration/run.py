@@ -111,12 +111,12 @@ class Orchestrator:
                 if changed:
                     raise RuntimeError(f"{len(changed)} change(s) where none may be: " + "; ".join(changed[:5]))
             elif action == "up":
-                done = stack.up(**kwargs)
+                done = stack.up(show_secrets=False, **kwargs)
                 result.changes = _counts(done.summary.resource_changes)
             elif action == "refresh":
-                stack.refresh(**kwargs)
+                stack.refresh(show_secrets=False, **kwargs)
             else:
-                stack.destroy(**kwargs)
+                stack.destroy(show_secrets=False, **kwargs)
             result.status = "succeeded"
         except auto.CommandError as exc:
             result.note = _last_error_line(str(exc))

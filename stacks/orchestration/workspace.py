@@ -64,6 +64,12 @@ def read_stack_file(path: Path) -> EnvironmentFile:
         raise StackFileError(f"{path.name}: not a Pulumi stack file (a mapping with `config:`)")
     config = doc.get("config") or {}
     provider = doc.get("secretsprovider") or ("passphrase" if doc.get("encryptionsalt") else None)
+    if doc.get("environment"):
+        raise StackFileError(
+            f"{path.name}: environment: the layered stacks get the environment's config by `pulumi config cp`, which "
+            "does not carry Pulumi ESC imports, and a node-group stack must not import credentials it cannot be "
+            "stripped of; put those values in `config:` (secrets with `pulumi config set --secret`)"
+        )
     secret = {key for key, value in config.items() if _holds_secret(value)}
     secret |= {f"{NAMESPACE}:{key}" for key in SECRET_KEYS if f"{NAMESPACE}:{key}" in config}
     return EnvironmentFile(path, provider, tuple(config), frozenset(secret))
