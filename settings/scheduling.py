@@ -192,10 +192,15 @@ class WaitForPodsReady(Model):
     """requeues before the workload is deactivated (unset: forever)"""
 
     CHANGES: ClassVar = {
-        "timeout_seconds": restarts("the Kueue controller (its configuration)", "cluster"),
+        "timeout_seconds": destroys_on_decrease(
+            "admitted workloads whose pods are not all ready within the shorter timeout are evicted and requeued (the "
+            "Kueue controller restarts with it)"
+        ),
         "backoff_base_seconds": restarts("the Kueue controller (its configuration)", "cluster"),
         "backoff_max_seconds": restarts("the Kueue controller (its configuration)", "cluster"),
-        "backoff_limit_count": restarts("the Kueue controller (its configuration)", "cluster"),
+        "backoff_limit_count": destroys_on_decrease(
+            "workloads that reach the lower requeue count are deactivated (the Kueue controller restarts with it)"
+        ),
     }
 
 

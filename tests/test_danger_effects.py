@@ -354,3 +354,56 @@ def test_a_field_declared_destructive_has_a_danger_effect_in_the_plan(prod_base)
     lines = diff.compare(grown, prod_base).danger
     assert any(line.startswith("settings ") and ".namespaces" in line for line in lines), lines
     assert any("RoleBinding deleted" in line or "LocalQueue deleted" in line for line in lines), lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Edits while an upgrade is in flight
+# ---------------------------------------------------------------------------------------------
+
+
+def _upgrading(raw: dict) -> None:
+    raw["cluster"].update(rke2Version="v1.35.8+rke2r1", deployedRke2Version="v1.35.7+rke2r1")
+
+
+@pytest.fixture(scope="module")
+def upgrading_base() -> dict:
+    return json.loads(evaluate("prod", _upgrading).to_json())
+
+
+@pytest.mark.parametrize(
+    ("pool", "change", "shown"),
+    [
+        ("gpu", {"concurrency": 3}, "concurrency 1 -> 3"),
+        ("cpu", {"drain": {"timeoutSeconds": 900, "force": True}}, "force: True"),
+        ("gpu", {"window": None}, "-> (unset)"),
+    ],
+)
+def test_an_upgrade_edited_in_flight_is_named(upgrading_base, pool, change, shown):
+    def mutate(raw):
+        _upgrading(raw)
+        raw["cluster"]["upgrade"][pool].update(change)
+        if change.get("window", 0) is None:
+            raw["cluster"]["upgrade"][pool].pop("window")
+
+    line = one(danger_of(upgrading_base, mutate), f"{pool}-agent-plan changed while the RKE2 upgrade")
+    assert "v1.35.8+rke2r1" in line and shown in line
+
+
+def test_the_same_edit_without_an_upgrade_in_flight_is_not_named(prod_base):
+    def mutate(raw):
+        raw["cluster"]["upgrade"]["gpu"]["concurrency"] = 3
+
+    assert not [line for line in danger_of(prod_base, mutate) if "in flight" in line]
+
+
+@pytest.mark.parametrize(
+    ("field", "old", "new"),
+    [("timeoutSeconds", 900, 300), ("backoffLimitCount", 5, 2)],
+)
+def test_lowering_kueues_wait_for_pods_ready_names_the_evictions(field, old, new):
+    def at(value):
+        return lambda raw: raw["scheduling"].setdefault("waitForPodsReady", {}).update({field: value})
+
+    lines = settings_lines(plan_of("prod", at(old)), plan_of("prod", at(new)))
+    assert any(f"waitForPodsReady.{field}: {old} -> {new}" in line for line in lines), lines
+    assert settings_lines(plan_of("prod", at(new)), plan_of("prod", at(old))) == []

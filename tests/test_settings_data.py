@@ -207,3 +207,12 @@ def test_a_whole_pool_of_one_node_is_no_problem():
         )
         == []
     )
+
+
+@pytest.mark.parametrize(("ports", "threshold"), [(2, 500), (4, 401), (1, 800)])
+def test_a_port_rate_threshold_above_one_ports_rate_is_refused_whatever_the_port_count(ports, threshold):
+    def mutate(raw):
+        raw.setdefault("acceptance", {}).setdefault("nccl", {}).update(ibGeneration="NDR", ibPortWidth=4, ibPorts=ports)
+        raw.setdefault("monitoring", {}).setdefault("thresholds", {})["ibMinRateGbps"] = threshold
+
+    refused(mutate, "prod", "monitoring.thresholds.ibMinRateGbps", "400 Gb/s", "one port's rate")

@@ -116,11 +116,14 @@ CEPH_FULL_PERCENT = 95
 
 def _threshold_problems(s: Settings, add) -> None:
     limits = s.monitoring.thresholds
-    if s.gpu_nodes and limits.ib_min_rate_gbps > s.acceptance.nccl.ib_link_rate_gbps:
+    nccl = s.acceptance.nccl
+    if s.gpu_nodes and limits.ib_min_rate_gbps > nccl.ib_port_gbps:
+        # The threshold is per port (a port trained down), so it is bounded by one port's rate from the hardware
+        # table, not by all ports together.
         add(
-            f"monitoring.thresholds.ibMinRateGbps: {limits.ib_min_rate_gbps} Gb/s is above the GPU nodes' link rate "
-            f"(acceptance.nccl.ibLinkRateGbps: {s.acceptance.nccl.ib_link_rate_gbps}): every port would alert as "
-            "degraded; set it below the rate the links train at"
+            f"monitoring.thresholds.ibMinRateGbps: {limits.ib_min_rate_gbps} Gb/s is above one port's rate "
+            f"({nccl.ib_port_width}X {nccl.ib_generation}: {nccl.ib_port_gbps:g} Gb/s, acceptance.nccl and "
+            "settings/hardware.py): every port would alert as degraded; set it below the rate a port trains at"
         )
     if s.storage_hosts and limits.ceph_pool_used_percent >= CEPH_FULL_PERCENT:
         add(

@@ -171,7 +171,38 @@ def _rollout(after: dict[str, dict], plans: dict[str, dict]) -> str:
     )
 
 
+def _in_flight_danger(sides: Sides) -> list[str]:
+    """The Plans of a running upgrade edited (concurrency, drain, window) without a change of version: the controller
+    applies the new spec to the nodes it has not reached; a drain already running keeps the old one."""
+    old_plans, new_plans = _plans(sides.before), _plans(sides.after)
+    version = _plans_version(new_plans)
+    if not old_plans or not new_plans or _plans_version(old_plans) != version:
+        return []
+    out = []
+    for name in sorted(old_plans.keys() & new_plans.keys()):
+        old, new = old_plans[name], new_plans[name]
+        changed = [
+            f"{key} {_brief(old.get(key))} -> {_brief(new.get(key))}"
+            for key in ("concurrency", "drain", "window", "postCompleteDelay", "cordon")
+            if old.get(key) != new.get(key)
+        ]
+        if changed:
+            out.append(
+                f"{name} changed while the RKE2 upgrade to {version} is in flight ({'; '.join(changed)}): the "
+                "system-upgrade-controller applies it to the nodes it has not upgraded yet; a node being drained now "
+                f"finishes under the old settings. Prefer changing it between upgrades ({WATCH})"
+            )
+    return out
+
+
+def _brief(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {v}" for k, v in sorted(value.items())) + "}"
+    return "(unset)" if value is None else str(value)
+
+
 CLASSES = (
+    DangerClass("an RKE2 upgrade's Plans edited while it is in flight (concurrency, drain, window)", _in_flight_danger),
     DangerClass(
         "an RKE2 upgrade (servers, then a rolling drain per agent pool), its end or abandonment, a version bump "
         "that upgrades nothing, or a downgrade",
