@@ -50,6 +50,7 @@ from components.monitoring.kinds import normalized
 
 MARKER = "{$ML.HOST.SET}"
 MARKER_TEXT = "ml-platform: the Zabbix host set (Pulumi) that holds this host; do not edit"
+BATCH = 16
 _AGENT_INTERFACE, _TLS_PSK = 1, 2  # Zabbix API enums (7.0 API reference: hostinterface.type, host.tls_connect)
 
 
@@ -189,11 +190,11 @@ class HostSetProvider(ResourceProvider):
         updates = [_for_update(p, rows[p["host"]]) for p in payloads if p["host"] in rows]
         ids = {n: entry[0] for n, entry in held.items() if n in declared}
         ids.update({n: r["hostid"] for n, r in rows.items() if n in declared})
-        if updates:
-            api.host.update(updates)
-        if creates:
-            created = api.host.create(creates)["hostids"]
-            ids.update(zip([p["host"] for p in creates], created, strict=True))
+        for chunk in _chunks(updates):
+            api.host.update(chunk)
+        for chunk in _chunks(creates):
+            created = api.host.create(chunk)["hostids"]
+            ids.update(zip([p["host"] for p in chunk], created, strict=True))
         gone = [rows[n]["hostid"] for n in leaving if n in rows and (_marker(rows[n]) or {}).get("value") == id_]
         if gone:
             api.host.delete(*gone)
@@ -232,6 +233,13 @@ class HostSetProvider(ResourceProvider):
                 )
             payloads.append(payload)
         return payloads
+
+
+def _chunks(items: list) -> Iterable[list]:
+    """Writes go BATCH hosts a call: linking the templates of a whole group (up to 128 hosts) in one request could
+    outlast the client's 30 s timeout, while a call per host would cost a round trip each."""
+    for start in range(0, len(items), BATCH):
+        yield items[start : start + BATCH]
 
 
 def _for_update(payload: dict, row: dict) -> dict:

@@ -448,6 +448,17 @@ def test_the_set_input_is_compact(prod_plan):
     assert per_host < expanded / 2, (per_host, expanded)
 
 
+def test_the_sets_carry_the_psk_as_a_secret_and_their_provider_by_reference(prod_plan):
+    import base64
+    import pickletools
+
+    for host_set in zabbix_objects(prod_plan, "HostSet"):
+        assert host_set["inputs"]["secrets"] == "[secret]" and host_set["inputs"]["connection"] == "[secret]"
+        # Pickled by module and class name: a code change is no `__provider` diff on every set.
+        ops = [arg for _, arg, _ in pickletools.genops(base64.b64decode(host_set["inputs"]["__provider"]))]
+        assert "components.monitoring.host_set" in ops and "HostSetProvider" in ops
+
+
 def test_channels_become_media_types_users_and_actions(prod_plan):
     media = {r["inputs"]["spec"]["name"]: r for r in zabbix_objects(prod_plan, "MediaType")}
     assert set(media) == {"Slack", "Mattermost"}

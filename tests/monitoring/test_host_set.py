@@ -332,3 +332,16 @@ def test_a_new_psk_rewrites_every_host_and_a_new_token_none(connection, api, rec
     updated = sets.update(created.id, created.outs, rotated)
     assert recorder.written_hosts() == {"host.update": {"hs-h1", "hs-h2"}}
     sets.delete(created.id, updated.outs)
+
+
+def test_a_large_set_is_written_in_batches_with_each_host_its_own_id(connection, api, recorder):
+    """40 hosts: three create calls (16, 16, 8), and every host's id in the state is the one Zabbix gave it."""
+    hosts = [node(f"hs-big-{i:02d}", f"10.90.0.{i}") for i in range(1, 41)]
+    sets = HostSetProvider()
+    created = sets.create(props("group:big", hosts, connection))
+    assert [len(args) for method, args in recorder.calls if method == "host.create"] == [16, 16, 8]
+    found = in_zabbix(api, [h["host"] for h in hosts])
+    assert {n: e[0] for n, e in created.outs["hosts"].items()} == {n: r["hostid"] for n, r in found.items()}
+    assert all(macros(found[h["host"]])["{$CERT.ENDPOINTS}"] == f"{h['ip']}:10250" for h in hosts)
+    sets.delete(created.id, created.outs)
+    assert in_zabbix(api, [h["host"] for h in hosts]) == {}
