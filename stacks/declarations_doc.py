@@ -73,3 +73,77 @@ def lines() -> list[str]:
         if change is not None:
             out.append(f"| `{path}` | {change.kind} | {cell(change.describe())} |")
     return [*out, ""]
+
+
+def data_tables() -> list[str]:
+    """docs/settings.md's hardware and compatibility tables (settings/hardware.py, settings/compatibility.py): what
+    floors, thresholds and versions are bounded by, each row with its source."""
+    from settings.compatibility import CHART_COMPONENTS, CUDA_DRIVERS, OS_INSTALL
+    from settings.hardware import GPU_MODELS, IB_GENERATIONS, IB_SOURCE, IB_WIDTHS
+
+    def temperature(value) -> str:
+        return f"{value} °C" if value is not None else "not published"
+
+    return [
+        "",
+        "## Hardware table",
+        "",
+        "Floors and thresholds are bounded by these rows (`settings/hardware.py`); a new GPU model or InfiniBand",
+        "speed is one row there, with its published source.",
+        "",
+        "| GPU model | peer link | GPU-to-GPU GB/s | memory GB | slowdown | shutdown | source |",
+        "|---|---|---|---|---|---|---|",
+        *(
+            f"| {cell(g.name)} | {g.peer_link} {cell(g.link_generation)} | {g.peer_gbs:g} | {g.memory_gb} "
+            f"| {temperature(g.slowdown_c)} | {temperature(g.shutdown_c)} | {cell(g.source)} |"
+            for g in GPU_MODELS
+        ),
+        "",
+        f"InfiniBand speeds, per lane ({cell(IB_SOURCE)}); a port runs {', '.join(f'{w}X' for w in IB_WIDTHS)}:",
+        "",
+        "| speed | Gb/s per lane | 4X port Gb/s |",
+        "|---|---|---|",
+        *(f"| {ib.name} | {ib.lane_gbps:g} | {ib.lane_gbps * 4:g} |" for ib in IB_GENERATIONS),
+        "",
+        "## Compatibility table",
+        "",
+        "Versions are bounded by these rows (`settings/compatibility.py`, `settings/rules/compatibility.py`).",
+        "",
+        "| CUDA | oldest driver branch | source |",
+        "|---|---|---|",
+        *(f"| {c.cuda_major}.x | {c.min_driver_major} | {cell(c.source)} |" for c in CUDA_DRIVERS),
+        "",
+        "| chart | release | component | version it deploys | source |",
+        "|---|---|---|---|---|",
+        *(f"| {r.chart} | {r.version} | {r.component} | `{r.value}` | {cell(r.source)} |" for r in CHART_COMPONENTS),
+        "",
+        "| OS family | RKE2 install methods | source |",
+        "|---|---|---|",
+        *(f"| {o.family} | {', '.join(o.methods)} | {cell(o.source)} |" for o in OS_INSTALL),
+    ]
+
+
+def effect_table() -> list[str]:
+    """docs/safety.md: what each resource kind's update, replacement and delete do (stacks/diff/effects.py)."""
+    from stacks.diff.effects import KINDS
+
+    def shown(effect) -> str:
+        mark = "**Danger**: " if effect.danger else ""
+        by = f" (worded by `{effect.by}`)" if effect.by else ""
+        return cell(f"{mark}{effect.what}{by}")
+
+    return [
+        "## What each resource kind's update, replacement and delete do",
+        "",
+        "Every kind a plan can hold declares it (`stacks/diff/effects.py`; a kind without a declaration fails the",
+        "suite); the review counts them per kind under Danger. Component resources (`mlplatform:*`) do nothing of",
+        "their own.",
+        "",
+        "| kind | update | replace | delete |",
+        "|---|---|---|---|",
+        *(
+            f"| `{kind}` | {shown(e.update)} | {shown(e.replace)} | {shown(e.delete)} |"
+            for kind, e in sorted(KINDS.items())
+        ),
+        "",
+    ]

@@ -186,6 +186,9 @@ def settings_reference() -> str:
             f"| {cell(constraints_text(r))} | {cell(r.description)} |"
             for r in area
         ]
+    from stacks import declarations_doc
+
+    lines += declarations_doc.data_tables()
     return "\n".join(lines) + "\n"
 
 
@@ -312,6 +315,7 @@ def safety() -> str:
         *(f"| {rule.check.__module__.rsplit('.', 1)[-1]} | {cell(rule.checks)} |" for rule in RULES),
         "",
         *declarations_doc.lines(),
+        *declarations_doc.effect_table(),
         "## Danger: what the review names",
         "",
         "| area | change |",

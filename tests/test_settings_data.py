@@ -216,3 +216,13 @@ def test_a_port_rate_threshold_above_one_ports_rate_is_refused_whatever_the_port
         raw.setdefault("monitoring", {}).setdefault("thresholds", {})["ibMinRateGbps"] = threshold
 
     refused(mutate, "prod", "monitoring.thresholds.ibMinRateGbps", "400 Gb/s", "one port's rate")
+
+
+def test_the_settings_reference_shows_the_hardware_and_compatibility_tables_with_their_sources():
+    from settings.hardware import GPU_MODELS
+    from stacks import docs
+
+    text = docs.settings_reference()
+    assert "## Hardware table" in text and "## Compatibility table" in text
+    for row in [*GPU_MODELS, *CUDA_DRIVERS, *CHART_COMPONENTS, *OS_INSTALL]:
+        assert row.source in text
