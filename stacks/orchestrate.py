@@ -38,15 +38,15 @@ from stacks.plan import stack_settings
 DEFAULT_PARALLEL = 64  # what the delivery workflow runs `up` with
 
 
-def specs(env: str, work_dir: Path) -> list[layers.StackSpec]:
+def specs(env: str, work_dir: Path, migrating: bool = False) -> list[layers.StackSpec]:
     settings = stack_settings(env, work_dir / f"Pulumi.{env}.yaml")
     if settings.layout != "layered":
-        raise SettingsError(
-            [
-                f"layout: {env} is one stack (layout: {settings.layout}): run `pulumi up --stack {env}`; "
-                "the orchestrator runs environments with layout: layered"
-            ]
+        fix = (
+            f"set layout: layered in Pulumi.{env}.yaml first (no `up`), then migrate (docs/runbook.md, section 24)"
+            if migrating
+            else f"run `pulumi up --stack {env}`; the orchestrator runs environments with layout: layered"
         )
+        raise SettingsError([f"layout: {env} is one stack (layout: {settings.layout}): {fix}"])
     return layers.stack_specs(env, settings)
 
 
@@ -154,7 +154,7 @@ def migrate(args: argparse.Namespace, work_dir: Path, out: Callable[[str], None]
             f"migrate: give --state, the single stack's state (`pulumi stack export --stack {args.env} --file FILE`): "
             "the moves are checked against it before they are printed"
         )
-    order = [s.name for s in specs(args.env, work_dir)]
+    order = [s.name for s in specs(args.env, work_dir, migrating=True)]
     plans = layered_plans(args.env, args.plans, work_dir)
     missing = [name for name in order if name not in plans]
     if missing:

@@ -518,6 +518,14 @@ def test_a_planned_resource_the_state_lacks_is_created_not_moved(layered_env, pl
     assert stack.startswith(f"urn:pulumi:{ENV}-nodes-group-0") or stack.startswith(f"urn:pulumi:{ENV}-cluster")
 
 
+def test_migration_asks_for_the_layout_first(tmp_path, capsys):
+    (tmp_path / "Pulumi.small.yaml").write_text((ROOT / "Pulumi.lab.yaml").read_text())
+    (tmp_path / "state.json").write_text(json.dumps({"deployment": {"resources": []}}))
+    status, _ = run_cli(["migrate", "small", "--state", str(tmp_path / "state.json")], tmp_path)
+    assert status == 2
+    assert "set layout: layered in Pulumi.small.yaml first (no `up`), then migrate" in capsys.readouterr().err
+
+
 def test_migration_needs_the_state(layered_env, plans, capsys):
     plans_dir, _ = plans
     status, _ = run_cli(["migrate", ENV, "--plans", str(plans_dir)], layered_env)
