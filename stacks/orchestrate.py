@@ -133,7 +133,10 @@ def main(
         print(f"{args.env}: {exc}", file=sys.stderr)
         return 2
     except FileNotFoundError as exc:
-        print(f"{args.env}: no such file: {exc.filename}", file=sys.stderr)
+        if exc.filename == "pulumi":
+            print(f"{args.env}: the Pulumi CLI is not on PATH: install it (3.226 or later)", file=sys.stderr)
+        else:
+            print(f"{args.env}: no such file: {exc.filename}", file=sys.stderr)
         return 2
 
 

@@ -643,3 +643,12 @@ def test_one_platform_job_refuses_while_a_group_is_behind(fleet):
     assert orchestrator(fleet).run_stack("up", f"{ENV}-platform", 8).ok
     with pytest.raises(ValueError, match="--stack fleet-nodes-rack-q: not a stack of fleet"):
         orch.run_stack("up", f"{ENV}-nodes-rack-q", 2)
+
+
+def test_without_the_pulumi_cli_the_real_api_says_so(layered_env, monkeypatch, capsys):
+    # No stand-in: the real pulumi.automation, which looks for the `pulumi` binary first.
+    monkeypatch.setenv("PATH", str(layered_env))
+    monkeypatch.delenv("PULUMI_HOME", raising=False)
+    status = orchestrate.main(["up", ENV], work_dir=layered_env, out=lambda line: None)
+    assert status == 2
+    assert "the Pulumi CLI is not on PATH: install it (3.226 or later)" in capsys.readouterr().err
