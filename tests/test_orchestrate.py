@@ -216,6 +216,13 @@ def test_cluster_outputs_that_change_make_groups_stale_until_they_run_again(flee
     assert sorted(ran[1:-1]) == sorted(report.stale)
 
 
+def test_a_group_whose_update_is_still_running_holds_the_platform(fleet):
+    orchestrator(fleet).run("up", 8)
+    fleet.stacks[f"{ENV}-nodes-rack-c"].history.insert(0, standin._summary("up", "in-progress"))
+    report = orchestrator(fleet).run_stack("up", f"{ENV}-platform", 8)
+    assert f"{ENV}-nodes-rack-c is running: an update is in progress" in report.held
+
+
 def test_a_cluster_that_fails_runs_nothing_after_it(fleet):
     fleet.failing = {f"{ENV}-cluster"}
     report = orchestrator(fleet).run("up", 8)

@@ -155,7 +155,7 @@ class Orchestrator:
         return digest_of({key: outputs[key] for key in NODE_INPUTS})
 
     def group_state(self, spec: Any, digest: Optional[str]) -> tuple[str, str]:
-        """("up to date" | "failed" | "never" | "stale", why)."""
+        """("up to date" | "failed" | "running" | "never" | "stale", why)."""
         stack = self.stack(spec)
         history = stack.history(page_size=1, show_secrets=False)
         if not history:
@@ -163,6 +163,8 @@ class Orchestrator:
         last = history[0]
         if last.kind == "destroy":
             return "never", "destroyed"
+        if last.result == "in-progress":
+            return "running", f"an {last.kind} is in progress (another run, or one that was killed: its lock)"
         if last.result != "succeeded":
             return "failed", f"its last {last.kind} {last.result}"
         exported = stack.outputs().get(DIGEST_OUTPUT)
