@@ -345,3 +345,19 @@ def test_a_large_set_is_written_in_batches_with_each_host_its_own_id(connection,
     assert all(macros(found[h["host"]])["{$CERT.ENDPOINTS}"] == f"{h['ip']}:10250" for h in hosts)
     sets.delete(created.id, created.outs)
     assert in_zabbix(api, [h["host"] for h in hosts]) == {}
+
+
+def test_going_back_to_per_host_objects_keeps_the_hosts(connection, api):
+    """A program from before host sets adopts the hosts again (its `Host` create finds them by name and writes
+    their macros without the set's marker); the set's delete that follows then leaves them."""
+    sets, objects = HostSetProvider(), zbx.ZabbixObjectProvider()
+    spec = node("hs-back1", "10.89.0.1")
+    created = sets.create(props("group:back", [spec], connection))
+    hostid = created.outs["hosts"]["hs-back1"][0]
+    legacy = objects.create({"kind": "Host", "spec": kinds.normalized("Host", spec), "connection": connection,
+                             "secrets": PSK})  # fmt: skip
+    assert legacy.id == hostid and MARKER not in macros(in_zabbix(api, ["hs-back1"])["hs-back1"])
+    sets.delete(created.id, created.outs)
+    assert in_zabbix(api, ["hs-back1"])["hs-back1"]["hostid"] == hostid
+    objects.delete(legacy.id, legacy.outs)  # held by no set now: deleted as before
+    assert in_zabbix(api, ["hs-back1"]) == {}
