@@ -57,7 +57,7 @@ NODE=${nodes:-$NODE}
 # The transports of the connections NCCL set up: "NET/IB/0/GDRDMA" -> "NET/IB/GDRDMA", "P2P/CUMEM", "SHM".
 transports=$(sed -n 's/.* via \([A-Za-z0-9/()_-]*\).*/\1/p' "$out" | sed 's#^\(NET/[A-Za-z]*\)/[0-9()]*#\1#' | sort -u | tr '\n' ' ')
 transports=${transports% }
-wrong=$(sed -n 's/^# Out of bounds values *: *\([0-9]*\).*/\1/p' "$out")
+wrong=$(sed -n 's/^# Out of bounds values : \([0-9][0-9]*\) [A-Z][A-Z]*$/\1/p' "$out")
 expect ranks "$((NPROC * NNODES))"
 amount ranks "$(sed -n 's/^# Ranks *: *\([0-9]*\)$/\1/p' "$out")"
 amount elements_checked "$(sed -n 's/^# Elements checked *: *\([0-9]*\)$/\1/p' "$out")"
@@ -67,7 +67,9 @@ amount wrong_elements "$wrong"
 from=$(sed -n 's/^# Plateau bus bandwidth .*sizes from \([0-9]*\) B.*/\1/p' "$out")
 amount plateau_sizes "$(awk -v f="${from:-0}" '$1 ~ /^[0-9]+$/ && NF == 5 && $1 + 0 >= f + 0 { n++ } END { print n + 0 }' "$out")"
 EV_DURATIONS="$EV_DURATIONS plateau=$(awk -v f="${from:-0}" '$1 ~ /^[0-9]+$/ && NF == 5 && $1 + 0 >= f + 0 && $2 ~ /^[0-9]+(\.[0-9]+)?$/ { t += $2 } END { printf "%.3f", t / 1000 }' "$out")"
-busbw=$(sed -n 's/^# Plateau bus bandwidth *: *\([0-9.]*\).*/\1/p' "$out")
+# The whole line as allreduce.py prints it, or nothing: a number in another unit, with a decimal comma, or with
+# anything after it is not read as a bandwidth.
+busbw=$(sed -n 's/^# Plateau bus bandwidth : \([0-9][0-9]*\.[0-9][0-9]*\) ([0-9][0-9]* sizes from [0-9][0-9]* B)$/\1/p' "$out")
 [ -n "$busbw" ] && [ -n "$wrong" ] ||
   finish failed "" "$FLOOR_GBS" GB/s "no '# Plateau bus bandwidth' or '# Out of bounds values' line in the all-reduce output"
 [ "$wrong" = 0 ] ||

@@ -76,11 +76,16 @@ dd_bytes() { printf '%s\n' "$output" | sed -n "s/^\([0-9]*\)+[0-9]* records $1\$
 fifo=$(mktemp -u)
 mkfifo "$fifo"
 data >"$fifo" &
-if ! run_dd 1 if="$fifo" of="$file" bs="$BLOCK" count="$count" iflag=fullblock oflag=direct conv=fsync; then
-  rm -f "$fifo" "$pattern"
+writer=$!
+written=0
+run_dd 1 if="$fifo" of="$file" bs="$BLOCK" count="$count" iflag=fullblock oflag=direct conv=fsync || written=$?
+# A dd that never opened the pipe (or stopped early) leaves the writer waiting: end it.
+kill "$writer" 2>/dev/null || true
+rm -f "$fifo"
+if [ "$written" != 0 ]; then
+  rm -f "$pattern"
   finish failed "" "$FLOOR_MIB_S" MiB/s "write to $DIR failed: $output"
 fi
-rm -f "$fifo"
 write_mode=$mode
 took write "$start" "$end"
 amount bytes_written "$(dd_bytes out)"
