@@ -1,6 +1,7 @@
 """Run a `layout: layered` environment: its stacks in layers, node groups in parallel, on Pulumi's Automation API.
 
     python -m stacks.orchestrate preview|up|refresh|destroy ENV [--parallel N] [--groups a,b] [--resume] [--check]
+                                 [--continue-on-error]
     python -m stacks.orchestrate init ENV
     python -m stacks.orchestrate preview|up|refresh ENV --stack NAME [--parallel N]     (one stack: a CI job)
     python -m stacks.orchestrate stacks ENV [--parallel N]         (layout, groups, budget: GitHub step outputs)
@@ -60,6 +61,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="up: only the groups that failed, never ran or are stale")
     p.add_argument("--check", action="store_true", help="preview: fail on any change to a deployed resource")
     p.add_argument(
+        "--continue-on-error",
+        action="store_true",
+        help="up: a failed step stops only what depends on it (pulumi up --continue-on-error, in every stack)",
+    )
+    p.add_argument(
         "--expect-create", type=Path, help="preview --check: a file of URNs (one a line) that may be created"
     )
     p.add_argument(
@@ -107,6 +113,9 @@ def main(
             raise ValueError("--groups: name at least one group")
         environment = Environment(args.env, work_dir, auto)
         orchestrator = Orchestrator(environment, stacks, out)
+        if args.continue_on_error and args.action != "up":
+            raise ValueError("--continue-on-error: only with up")
+        orchestrator.continue_on_error = args.continue_on_error
         if args.action != "destroy":
             orchestrator.choose(groups)  # an unknown group is refused before any stack is touched
         if args.action == "init":

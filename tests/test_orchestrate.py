@@ -223,6 +223,14 @@ def test_a_group_whose_update_is_still_running_holds_the_platform(fleet):
     assert f"{ENV}-nodes-rack-c is running: an update is in progress" in report.held
 
 
+def test_continue_on_error_reaches_every_stacks_up_and_no_secret_is_asked_for(layered_env):
+    fleet = standin.Fleet(ENV, layered_env, CLUSTER)
+    status, _ = run_cli(["up", ENV, "--continue-on-error", "--parallel", "8"], layered_env, fleet)
+    assert status == 0
+    ups = [opts for _, action, opts in fleet.options if action == "up"]
+    assert len(ups) == 4 and all(o["continue_on_error"] is True and o["show_secrets"] is False for o in ups)
+
+
 def test_a_cluster_that_fails_runs_nothing_after_it(fleet):
     fleet.failing = {f"{ENV}-cluster"}
     report = orchestrator(fleet).run("up", 8)

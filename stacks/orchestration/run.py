@@ -67,6 +67,8 @@ class Orchestrator:
         self._lock = threading.Lock()
         self._stacks: dict[str, Any] = {}
         self.allowed: set[str] = set()  # preview --check: URNs that may be created
+        # up: a failed step stops only what depends on it in its stack (one dead host in a group of 64)
+        self.continue_on_error = False
 
     # --- the stacks ---------------------------------------------------------------------------------------
 
@@ -111,7 +113,7 @@ class Orchestrator:
                 if changed:
                     raise RuntimeError(f"{len(changed)} change(s) where none may be: " + "; ".join(changed[:5]))
             elif action == "up":
-                done = stack.up(show_secrets=False, **kwargs)
+                done = stack.up(show_secrets=False, continue_on_error=self.continue_on_error or None, **kwargs)
                 result.changes = _counts(done.summary.resource_changes)
             elif action == "refresh":
                 stack.refresh(show_secrets=False, **kwargs)

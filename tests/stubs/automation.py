@@ -77,6 +77,7 @@ class Fleet:
         self.stacks: dict[str, StackState] = {}
         self.runs: list[Run] = []
         self.cli: list[list[str]] = []
+        self.options: list[tuple[str, str, dict[str, Any]]] = []  # stack, action, the call's plain keywords
         self._clock = itertools.count()
         self._lock = threading.Lock()
         self.active: dict[str, int] = {}
@@ -285,6 +286,7 @@ class FakeStack:
 
     def _call(self, action: str, real_method: Any, kwargs: dict[str, Any]) -> Any:
         _conform(real_method, None, **kwargs)
+        self.fleet.options.append((self.name, action, {k: v for k, v in kwargs.items() if not callable(v)}))
         return self.fleet.operate(
             self.name, action, kwargs.get("parallel"), kwargs.get("on_output"), kwargs.get("on_event")
         )
