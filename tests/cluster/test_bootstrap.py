@@ -9,6 +9,7 @@ from functools import cache
 import pytest
 import yaml
 
+from benchmarks.inventory import host_key
 from components.cluster.config import GPU_TAINT
 from components.hosts.remote import fingerprint, program_of
 from stacks import plan as plan_cli
@@ -158,8 +159,12 @@ def _grow(raw: dict, total: int) -> None:
             _own_disks(node)
         else:
             node = {"name": f"cpu-x{i}", "address": f"10.21.{i // 200}.{i % 200 + 1}", "role": "cpu"}
-        node["hostKey"] = template_gpu["hostKey"]
+        node["hostKey"] = host_key(node["name"])  # each machine its own key
+        node["group"] = f"grown-{i // 64}"  # node groups of 64 (a group holds at most 128)
         raw["nodes"].append(node)
+    # Teams' own IPoIB pools are sized for prod's GPU nodes; the shared pool serves the grown inventory.
+    for team in raw["scheduling"]["teams"]:
+        team.pop("ipoibRange", None)
 
 
 def test_longest_chain_does_not_grow_with_the_node_count(prod_plan):
@@ -269,8 +274,7 @@ def test_host_key_and_bastion_reach_the_connection(prod_plan):
 
 
 def _grown(raw):
-    host_key = raw["nodes"][0]["hostKey"]
-    raw["nodes"].append({"name": "cpu-36", "address": "10.20.1.46", "role": "cpu", "hostKey": host_key})
+    raw["nodes"].append({"name": "cpu-36", "address": "10.20.1.46", "role": "cpu", "hostKey": host_key("cpu-36")})
 
 
 def _shrunk(raw):
@@ -279,7 +283,7 @@ def _shrunk(raw):
 
 def _gpu_grown(raw):
     last = next(n for n in raw["nodes"] if n["name"] == "gpu-15")
-    node = {**copy.deepcopy(last), "name": "gpu-16", "address": "10.20.1.99"}
+    node = {**copy.deepcopy(last), "name": "gpu-16", "address": "10.20.1.99", "hostKey": host_key("gpu-16")}
     node["infiniband"]["address"] = "10.30.0.99"
     raw["nodes"].append(_own_disks(node))
 
