@@ -250,19 +250,6 @@ KINDS: dict[str, KindEffects] = {
         Effect("the host is deleted and created again in Zabbix: its history is lost"),
         Effect("the host's monitoring and its history are deleted", by="hosts minio"),
     ),
-    # components/monitoring/host_set.py: a set is never replaced; an update deletes the hosts that left it
-    "pulumi-python:dynamic/zabbix:HostSet": KindEffects(
-        Effect(
-            "hosts that left the set are deleted from Zabbix with their history",
-            when=narrowed("spec.hosts"),
-            by="hosts minio",
-        ),
-        Effect("the hosts are adopted by the new set (history kept)", danger=False),
-        Effect("every host the set holds is deleted from Zabbix with its history"),
-    ),
-    "pulumi-python:dynamic/zabbix:HostClaim": KindEffects(
-        quiet("marks which set holds its hosts"), quiet("marks its hosts again"), quiet("its marks are left")
-    ),
     # one per node group and one for the NAS: an update creates, updates and deletes the hosts that changed
     "pulumi-python:dynamic/zabbix:HostSet": KindEffects(
         quiet("its hosts created, updated or deleted through the Zabbix API (a host that left is deleted)"),
