@@ -182,8 +182,9 @@ def kueue_manager_config(sched: SchedulingSettings, unaccounted_resources: Seque
     }
     # Resources no ClusterQueue covers make a workload that requests them inadmissible ("resource ...
     # unavailable in ClusterQueue", Kueue 0.19.2 pkg/scheduler/flavorassigner): the namespace quota bounds
-    # ephemeral storage (every container requests some: the LimitRange's default), the RDMA device plugin's
-    # shared resource is not scarce.
+    # ephemeral storage (every container requests some: the LimitRange's default) and the RDMA device plugin's
+    # shared slots (at most the team's GPU ceiling, one per container and only with a GPU: tenancy.compute_quota and
+    # the `<team>-pod-devices` policy).
     config["resources"] = {"excludeResourcePrefixes": [*UNACCOUNTED_RESOURCES, *unaccounted_resources]}
     return config
 

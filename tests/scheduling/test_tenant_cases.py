@@ -340,7 +340,7 @@ def test_a_team_attaches_only_its_own_ipoib_networks(prod_plan):
         for r in prod_plan.by_type("kubernetes:nv-ipam.nvidia.com/v1alpha1:IPPool")
     }
     # A pool per team with a range, a network per namespace of that team, in that namespace, on that pool.
-    assert pools == {"ib-net": "10.31.0.0/16", "ib-net-llm": "10.32.0.0/20", "ib-net-vision": "10.32.16.0/20"}
+    assert pools == {"ib-net": "10.31.0.0/16", "ib-net-llm": "10.34.0.0/20", "ib-net-vision": "10.34.16.0/20"}
     for ns, team in (("llm-train", "llm"), ("llm-eval", "llm"), ("vision", "vision")):
         assert nets[f"ib-net-{ns}"]["networkNamespace"] == ns
         assert f'"poolName": "ib-net-{team}"' in nets[f"ib-net-{ns}"]["ipam"]
@@ -388,11 +388,11 @@ BAD_SETTINGS = {
         "scheduling.teams[2].ipoibRange: 10.31.128.0/20 overlaps 10.31.0.0/16 of network.infiniband.ipoibNetwork.range",
     ),
     "two teams' ranges overlap": (
-        lambda raw: raw["scheduling"]["teams"][2].update(ipoibRange="10.32.8.0/21"),
-        "scheduling.teams[2].ipoibRange: 10.32.8.0/21 overlaps 10.32.0.0/20 of scheduling.teams[0].ipoibRange",
+        lambda raw: raw["scheduling"]["teams"][2].update(ipoibRange="10.34.8.0/21"),
+        "scheduling.teams[2].ipoibRange: 10.34.8.0/21 overlaps 10.34.0.0/20 of scheduling.teams[0].ipoibRange",
     ),
     "a range too small for a block per GPU node": (
-        lambda raw: raw["scheduling"]["teams"][2].update(ipoibRange="10.33.0.0/24"),
+        lambda raw: raw["scheduling"]["teams"][2].update(ipoibRange="10.35.0.0/24"),
         "fewer than one block of network.infiniband.ipoibNetwork.perNodeBlockSize (256) for each of the 15 GPU nodes",
     ),
     "a web Ingress nothing serves": (
