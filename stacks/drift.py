@@ -23,7 +23,9 @@ the lines in FILE, and compares them:
   differs from it is listed; a file only some peers have reads `absent` on the others).
 
 A node that is NotReady, or whose probe's log cannot be read, is listed as not checked and the others are
-compared. Exit status 1 when a node drifted, 2 when none did but some could not be checked, 0 otherwise;
+compared; so is each source a probe could not read (the host's root, its package database, /proc/sys): what
+comes from it is not compared, neither with the settings nor with the peers (all nodes without a package
+database would otherwise agree that every package is `absent`). The probe runs in the host's network namespace. Exit status 1 when a node drifted, 2 when none did but some could not be checked, 0 otherwise;
 each finding names the node, what differs, the expected and the found value. docs/acceptance.md says when
 to run it and how to bring a host back.
 """
@@ -44,7 +46,7 @@ from typing import Optional
 import yaml
 
 from components.acceptance.component import PROBE_NAME
-from components.acceptance.drift import IPOIB_FILES, MEMLOCK_DROPIN, MODULE_FILES, OWNED_DIRS
+from components.acceptance.drift import IPOIB_FILES, MEMLOCK_DROPIN, MODULE_FILES, OWNED_DIRS, UNWRITTEN_FILES
 from components.cluster.config import kube_vip_manifest, registries_yaml, rke2_config
 from components.minio.tier import etcd_s3_server_config
 from settings import SECRET_KEYS, NodeSettings, Settings, load
@@ -91,7 +93,10 @@ def expected(settings: Settings) -> dict[str, dict[str, str]]:
             f"file {REGISTRIES}": file_hash(registries) if registries else "absent",
             f"file {MEMLOCK_DROPIN}": file_hash(MEMLOCK_CONTENT) if node.infiniband is not None else "absent",
             "modules_missing": "",
+            "modules_blocked": "",
             "swap_entries": "0",
+            # Files the program never writes, whose presence changes how RKE2 runs: absent everywhere.
+            **{f"file {path}": "absent" for path in UNWRITTEN_FILES},
         }
         if node.control_plane:
             manifest = kube_vip_manifest(cluster)
@@ -105,7 +110,9 @@ def expected(settings: Settings) -> dict[str, dict[str, str]]:
 def flatten(fingerprint: Mapping) -> dict[str, str]:
     """One value per key: versions, `file PATH`, `package NAME`; an IPoIB file by presence (it holds the node's
     own address)."""
-    values = {k: str(v) for k, v in fingerprint.items() if k not in ("node", "files", "sysctl", "packages")}
+    values = {
+        k: str(v) for k, v in fingerprint.items() if k not in ("node", "files", "sysctl", "packages", "not_checked")
+    }
     for path, digest in fingerprint.get("files", {}).items():
         values[f"file {path}"] = ("present" if digest != "absent" else "absent") if path in IPOIB_FILES else str(digest)
     values.update({f"package {name}": str(v) for name, v in fingerprint.get("packages", {}).items()})
@@ -138,10 +145,41 @@ def _sysctl_findings(name: str, fingerprint: Mapping) -> list[Finding]:
     ]
 
 
+# What each source the probe may fail to read decides: keys of that kind are not compared (never "no drift").
+_SOURCE_KEYS = {
+    "host": lambda key: True,
+    "packages": lambda key: key.startswith("package "),
+    "sysctl": lambda key: key.startswith("sysctl "),
+}
+
+
+def unread(fingerprint: Mapping) -> dict[str, str]:
+    """Source -> why the probe could not read it. A fingerprint of an older probe (no `not_checked`) that reads
+    no package at all is judged the same way: no package database."""
+    out = {str(k): str(v) for k, v in (fingerprint.get("not_checked") or {}).items()}
+    if "not_checked" not in fingerprint and not fingerprint.get("packages"):
+        out["packages"] = "the probe read no package"
+    return out
+
+
+def blind(fingerprint: Mapping, key: str) -> bool:
+    """Whether the probe could not read what `key` comes from."""
+    return any(_SOURCE_KEYS.get(source, lambda _: False)(key) for source in unread(fingerprint))
+
+
 def compare(settings: Settings, fingerprints: Mapping[str, Mapping]) -> list[Finding]:
     wanted = expected(settings)
-    found = {name: flatten(fp) for name, fp in fingerprints.items()}
+    found = {}
     findings = []
+    for name, fingerprint in fingerprints.items():
+        sources = unread(fingerprint)
+        values = flatten(fingerprint)
+        for source, why in sorted(sources.items()):
+            findings.append(Finding(name, NOT_CHECKED, "", f"{source}: {why}"))
+            values = {k: v for k, v in values.items() if not _SOURCE_KEYS.get(source, lambda key: False)(k)}
+        found[name] = values
+        if "host" in sources:
+            wanted = {**wanted, name: {}}
     for node in settings.nodes:
         if node.name not in found:
             findings.append(Finding(node.name, "fingerprint", "one from the drift probe", "none (probe not running?)"))
@@ -150,7 +188,8 @@ def compare(settings: Settings, fingerprints: Mapping[str, Mapping]) -> list[Fin
             if found[node.name].get(key, "absent" if key.startswith("file ") else "") != value:
                 findings.append(Finding(node.name, key, value, found[node.name].get(key, "")))
         findings += _owned_dir_findings(node.name, found[node.name], wanted[node.name])
-        findings += _sysctl_findings(node.name, fingerprints[node.name])
+        if not unread(fingerprints[node.name]).keys() & {"sysctl", "host"}:
+            findings += _sysctl_findings(node.name, fingerprints[node.name])
     # What the host decides: the same on every peer that has it (IB nodes among themselves for OFED, IPoIB).
     decided = {key for values in wanted.values() for key in values}
     for role, members in sorted(peer_groups(settings).items()):
@@ -161,7 +200,7 @@ def compare(settings: Settings, fingerprints: Mapping[str, Mapping]) -> list[Fin
             if key.startswith("file ") and key.removeprefix("file ").rsplit("/", 1)[0] in OWNED_DIRS:
                 continue  # judged above
             infiniband_only = key == "ofed" or key.removeprefix("file ") in (*IPOIB_FILES, *MODULE_FILES[1:])
-            peers = ib_names if infiniband_only else names
+            peers = [n for n in (ib_names if infiniband_only else names) if not blind(fingerprints[n], key)]
             default = "absent" if key.startswith(("file ", "package ")) else ""
             values = {name: found[name].get(key, default) for name in peers}
             if len(values) < 2:
@@ -237,12 +276,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     else:
         fingerprints, unchecked = live_fingerprints(settings.acceptance.namespace, refresh=args.refresh)
     skipped = {f.node for f in unchecked}
-    findings = [f for f in compare(settings, fingerprints) if f.node not in skipped]
+    compared = [f for f in compare(settings, fingerprints) if f.node not in skipped]
+    findings = [f for f in compared if f.what != NOT_CHECKED]
+    unchecked += [f for f in compared if f.what == NOT_CHECKED]
     for finding in [*findings, *unchecked]:
         print(finding)
     if not findings:
-        checked = len(settings.nodes) - len(skipped)
-        print(f"no drift: {checked} nodes as the settings say" + (f", {len(skipped)} not checked" if skipped else ""))
+        blind = {f.node for f in unchecked}  # nodes not checked at all, or a source of theirs not
+        checked = len(settings.nodes) - len(blind)
+        print(
+            f"no drift: {checked} nodes as the settings say"
+            + (f", {len(blind)} not checked (in whole or in part: listed above)" if blind else "")
+        )
     return 1 if findings else 2 if unchecked else 0
 
 

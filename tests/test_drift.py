@@ -5,6 +5,7 @@ settings and with the node's peers; nodes it cannot read are reported and the ot
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -344,7 +345,7 @@ def test_the_command_reports_unreachable_and_notready_nodes_and_goes_on(tmp_path
     assert drift.main(["prod"]) == 2  # no drift, but two nodes could not be checked
     assert (
         capsys.readouterr().out.splitlines()[-1]
-        == f"no drift: {len(fingerprints) - 2} nodes as the settings say, 2 not checked"
+        == f"no drift: {len(fingerprints) - 2} nodes as the settings say, 2 not checked (in whole or in part: listed above)"
     )
 
 
@@ -377,3 +378,85 @@ def test_every_file_a_host_script_writes_under_etc_is_fingerprinted():
         for path in re.findall(r'write_file "?(?:\$HOST_ROOT)?(/etc/[^" $]+)', text):
             owned = path in DRIFT_FILES or path.rsplit("/", 1)[0] in DRIFT_DIRS
             assert owned or path in secret or path in LINE_OWNED, (script, path)
+
+
+# Hand changes that change how RKE2 or a module runs without touching a file the program writes. Each: (change on
+# gpu-03's host, a finding that must be among those on gpu-03).
+UNWRITTEN = {
+    "HTTP_PROXY in the unit's EnvironmentFile": (
+        lambda r: write(r["host"], "/etc/default/rke2-agent", "HTTP_PROXY=http://proxy.example:3128\n"),
+        "gpu-03: file /etc/default/rke2-agent: expected absent, found ",
+    ),
+    "the same in /etc/sysconfig (RHEL family)": (
+        lambda r: write(r["host"], "/etc/sysconfig/rke2-agent", "NO_PROXY=*\n"),
+        "gpu-03: file /etc/sysconfig/rke2-agent: expected absent, found ",
+    ),
+    "a full unit override": (
+        lambda r: write(r["host"], "/etc/systemd/system/rke2-agent.service", "[Service]\nExecStart=/bin/true\n"),
+        "gpu-03: file /etc/systemd/system/rke2-agent.service: expected absent, found ",
+    ),
+    "a modprobe.d blacklist of nvidia_peermem": (
+        lambda r: write(r["host"], "/etc/modprobe.d/no-peermem.conf", "blacklist nvidia-peermem\n"),
+        "gpu-03: modules_blocked: expected (none), found nvidia_peermem",
+    ),
+    "a module installed as a no-op": (
+        lambda r: write(r["host"], "/etc/modprobe.d/off.conf", "install br_netfilter /bin/true\n"),
+        "gpu-03: modules_blocked: expected (none), found br_netfilter",
+    ),
+    "an edited containerd template": (
+        lambda r: write(r["host"], "/var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl", "version = 2\n"),
+        "gpu-03: file /var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl: expected absent, found ",
+    ),
+    "the containerd 2 template": (
+        lambda r: write(r["host"], "/var/lib/rancher/rke2/agent/etc/containerd/config-v3.toml.tmpl", "version = 3\n"),
+        "gpu-03: file /var/lib/rancher/rke2/agent/etc/containerd/config-v3.toml.tmpl: expected absent, found ",
+    ),
+    "a drop-in under service.d": (
+        lambda r: write(r["host"], "/etc/systemd/system/service.d/10-proxy.conf", "[Service]\nEnvironment=A=1\n"),
+        "gpu-03: file /etc/systemd/system/service.d/10-proxy.conf (a drop-in the program does not write)",
+    ),
+}
+
+
+@pytest.mark.parametrize("change", UNWRITTEN, ids=list(UNWRITTEN))
+def test_the_probe_sees_hand_changes_outside_the_files_the_program_writes(tmp_path, inventory, change):
+    act, finding = UNWRITTEN[change]
+    findings = changed(tmp_path, inventory, "gpu-03", act)
+    assert any(f.startswith(finding) for f in findings) and all(f.startswith("gpu-03: ") for f in findings), findings
+
+
+@pytest.mark.parametrize(
+    ("deny", "says", "unseen"),
+    [
+        # No package database: every package would read `absent`, on every node alike (peer-relative: no drift).
+        (lambda r: (r["host"] / "var/lib/dpkg/status").unlink(), "packages: no package database readable", "package "),
+        # No /proc/sys: no live sysctl to compare.
+        (lambda r: shutil.rmtree(r["proc"] / "sys"), "sysctl: ", "sysctl "),
+        # The host's root not mounted.
+        (lambda r: shutil.rmtree(r["host"] / "etc"), "host: the host's root is not mounted", "file "),
+    ],
+)
+def test_a_probe_denied_its_sources_reports_not_checked_never_no_drift(tmp_path, inventory, deny, says, unseen):
+    findings = changed(tmp_path, inventory, "gpu-03", deny)
+    assert f"gpu-03: not checked: {says}" in "\n".join(findings), findings
+    assert not [f for f in findings if f.startswith("gpu-03: ") and unseen in f and "not checked" not in f], findings
+
+
+def test_every_node_denied_its_package_database_is_not_no_drift(tmp_path, inventory, capsys):
+    settings, healthy = inventory
+    blind = {
+        n: {**fp, "packages": {}, "not_checked": {"packages": "no package database readable"}}
+        for n, fp in healthy.items()
+    }
+    saved = tmp_path / "fingerprints.txt"
+    saved.write_text("".join(f"FINGERPRINT {json.dumps(fp)}\n" for fp in blind.values()))
+    assert drift.main(["prod", "--fingerprints", str(saved)]) == 2  # none drifted, but none could be checked whole
+    out = capsys.readouterr().out
+    assert "no drift" in out and f"{len(settings.nodes)} not checked" in out and "packages: no package database" in out
+
+
+def test_the_probe_runs_in_the_hosts_network_namespace(prod_plan):
+    [probe_set] = [
+        r for r in prod_plan.by_type("kubernetes:apps/v1:DaemonSet") if r["inputs"]["metadata"]["name"] == "drift-probe"
+    ]
+    assert probe_set["inputs"]["spec"]["template"]["spec"]["hostNetwork"] is True

@@ -306,6 +306,9 @@ class AcceptanceChecks(pulumi.ComponentResource):
                         "containers": [container],
                         # Every node, whatever its taints (GPU, control plane, cordoned).
                         "tolerations": [{"operator": "Exists"}],
+                        # The host's network namespace: the `net.*` sysctls it reads are the host's (in its own
+                        # pod's namespace they are the pod's: a host's bridge-nf-call-iptables=0 read back as 1).
+                        "hostNetwork": True,
                         "automountServiceAccountToken": False,
                         "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
                     },

@@ -34,8 +34,29 @@ OWNED_DIRS = (
     "/etc/rancher/rke2/config.yaml.d",
     "/etc/systemd/system/rke2-server.service.d",
     "/etc/systemd/system/rke2-agent.service.d",
+    # systemd (246 and later) applies every drop-in here to every service (systemd.unit(5), "service.d/").
+    "/etc/systemd/system/service.d",
 )
-SHARED_DIRS = ("/etc/sysctl.d", "/etc/modules-load.d")
+# modprobe.d: an `options`, `blacklist` or `install` line there changes how a module loads (modprobe.d(5)).
+SHARED_DIRS = ("/etc/sysctl.d", "/etc/modules-load.d", "/etc/modprobe.d")
+# Files the program never writes whose presence changes how RKE2 runs: the EnvironmentFiles its units read
+# (`EnvironmentFile=-/etc/default/%N` and `-/etc/sysconfig/%N` in the units RKE2's installer writes: an
+# HTTP_PROXY there reaches containerd and the kubelet), a full override of a unit in /etc/systemd/system, and
+# RKE2's containerd templates (docs.rke2.io, "Configuring containerd": a config.toml.tmpl replaces the generated
+# config). Each is expected absent on every node.
+UNWRITTEN_FILES = (
+    "/etc/default/rke2-server",
+    "/etc/default/rke2-agent",
+    "/etc/sysconfig/rke2-server",
+    "/etc/sysconfig/rke2-agent",
+    "/etc/systemd/system/rke2-server.service",
+    "/etc/systemd/system/rke2-agent.service",
+    "/var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl",
+    "/var/lib/rancher/rke2/agent/etc/containerd/config-v3.toml.tmpl",
+)
+# Modules the platform relies on: a modprobe.d line that blacklists one or installs it as a no-op is drift (the
+# probe also watches every module of the program's modules-load files).
+WATCHED_MODULES = ("nvidia", "nvidia_uvm", "nvidia_peermem", "mlx5_core", "mlx5_ib", "ib_ipoib", "ib_umad", "rdma_ucm")
 DRIFT_DIRS = (*OWNED_DIRS, *SHARED_DIRS)
 # Files a host script edits one line of, not owns: not fingerprinted (the rest is the site's and differs per host).
 LINE_OWNED = {"/etc/hosts": "prepare-host.sh keeps one line, `127.0.1.1 <node name>`, so the node's name resolves"}
@@ -57,7 +78,8 @@ def installed_packages() -> tuple[str, ...]:
 def probe_environment() -> dict[str, str]:
     """The probe's parameters (environment variables)."""
     return {
-        "FILES": " ".join(DRIFT_FILES),
+        "FILES": " ".join((*DRIFT_FILES, *UNWRITTEN_FILES)),
+        "WATCHED_MODULES": " ".join(WATCHED_MODULES),
         "DIRS": " ".join(DRIFT_DIRS),
         "SYSCTL_FILES": SYSCTL_FILE,
         "MODULE_FILES": " ".join(MODULE_FILES),

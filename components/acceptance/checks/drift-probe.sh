@@ -11,13 +11,19 @@
 # - packages: the installed version of each of PACKAGES (dpkg's status file, else rpm in the host's root),
 #   and of every other package installed on purpose (one installed by hand shows beside its peers);
 # - fstab: the sha256 of the host's fstab without its first field (device names and UUIDs differ per node)
-#   and the number of swap entries that are not commented out.
+#   and the number of swap entries that are not commented out;
+# - modules_blocked: the modules of the modules-load files and WATCHED_MODULES that a modprobe.d file
+#   blacklists or installs as a no-op (`install nvidia_peermem /bin/false`);
+# - not_checked: each source the probe could not read, with why (the host's root not mounted, no package
+#   database, no /proc/sys): what depends on it is reported `not checked`, never compared as if empty.
+# It runs in the host's network namespace (hostNetwork), so the `net.*` sysctls it reads are the host's, not
+# its pod's; the host's files come from its root mounted read-only.
 # `python -m stacks.drift` reads the lines and compares them with the settings and with the node's peers.
 # Parameters: NODE_NAME HOST FILES DIRS SYSCTL_FILES MODULE_FILES PACKAGES INTERVAL
 #   ONCE (tests: one fingerprint, then exit) SYS PROC (tests: stand-ins for /sys and /proc)
 set -eu
 : "${NODE_NAME:?}" "${HOST:=/host}" "${FILES:=}" "${DIRS:=}" "${SYSCTL_FILES:=}" "${MODULE_FILES:=}"
-: "${PACKAGES:=}" "${INTERVAL:=3600}" "${ONCE:=false}" "${SYS:=/sys}" "${PROC:=/proc}"
+: "${PACKAGES:=}" "${WATCHED_MODULES:=}" "${INTERVAL:=3600}" "${ONCE:=false}" "${SYS:=/sys}" "${PROC:=/proc}"
 
 rke2_version() {
   for bin in /usr/local/bin/rke2 /opt/rke2/bin/rke2 /usr/bin/rke2; do
@@ -159,12 +165,38 @@ active_swap() {
   if [ -f "$HOST/etc/fstab" ]; then awk '!/^[ \t]*#/ && $3 == "swap" { n++ } END { print n + 0 }' "$HOST/etc/fstab"; else echo 0; fi
 }
 
+# blocked_modules: watched modules (and those of the modules-load files) that modprobe.d blacklists or installs
+# as a no-op; dashes and underscores alike, as modprobe reads them.
+blocked_modules() {
+  watched=$WATCHED_MODULES
+  for file in $MODULE_FILES; do
+    [ -f "$HOST$file" ] && watched="$watched $(sed 's/#.*//' "$HOST$file" | tr '\n' ' ')"
+  done
+  for conf in "$HOST"/etc/modprobe.d/*.conf; do
+    [ -f "$conf" ] && cat "$conf"
+  done | tr - _ | awk -v watched=" $(printf '%s' "$watched" | tr - _) " '
+    $1 == "blacklist" && index(watched, " " $2 " ") { print $2 }
+    $1 == "install" && index(watched, " " $2 " ") && $3 ~ /(\/bin\/)?(true|false)$/ { print $2 }' | sort -u | tr '\n' ' ' | sed 's/ $//'
+}
+
+# unreadable: `"source":"why"` for each source the probe cannot read.
+unreadable() {
+  out=""
+  [ -d "$HOST/etc" ] || out="$out${out:+,}$(pair host "the host's root is not mounted at $HOST")"
+  if [ -n "$PACKAGES" ] && [ ! -r "$HOST/var/lib/dpkg/status" ] && [ ! -x "$HOST/usr/bin/rpm" ] && [ ! -x "$HOST/bin/rpm" ]; then
+    out="$out${out:+,}$(pair packages "no package database readable (dpkg status, rpm)")"
+  fi
+  [ -d "$PROC/sys" ] && [ -r "$PROC/sys" ] || out="$out${out:+,}$(pair sysctl "$PROC/sys is not readable")"
+  printf '{%s}' "$out"
+}
+
 fingerprint() {
-  printf 'FINGERPRINT {%s,%s,%s,%s,%s,"files":%s,"sysctl":%s,%s,"packages":%s,%s,%s}\n' \
+  printf 'FINGERPRINT {%s,%s,%s,%s,%s,"files":%s,"sysctl":%s,%s,"packages":%s,%s,%s,%s,"not_checked":%s}\n' \
     "$(pair node "$NODE_NAME")" "$(pair rke2 "$(rke2_version)")" "$(pair kernel "$(uname -r)")" \
     "$(pair nvidia "$(module_version nvidia)")" "$(pair ofed "$(module_version mlx5_core)")" \
     "$(files_json)" "$(sysctl_json)" "$(pair modules_missing "$(missing_modules)")" "$(packages_json)" \
-    "$(pair fstab "$(fstab_sum)")" "$(pair swap_entries "$(active_swap)")"
+    "$(pair fstab "$(fstab_sum)")" "$(pair swap_entries "$(active_swap)")" \
+    "$(pair modules_blocked "$(blocked_modules)")" "$(unreadable)"
 }
 
 trap 'refresh=true' HUP
