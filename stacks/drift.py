@@ -25,7 +25,8 @@ the lines in FILE, and compares them:
 A node that is NotReady, or whose probe's log cannot be read, is listed as not checked and the others are
 compared; so is each source a probe could not read (the host's root, its package database, /proc/sys): what
 comes from it is not compared, neither with the settings nor with the peers (all nodes without a package
-database would otherwise agree that every package is `absent`). The probe runs in the host's network namespace. Exit status 1 when a node drifted, 2 when none did but some could not be checked, 0 otherwise;
+database would otherwise agree that every package is `absent`). The probe runs in the host's network namespace.
+Exit status 1 when a node drifted, 2 when none did but some could not be checked, 0 otherwise;
 each finding names the node, what differs, the expected and the found value. docs/acceptance.md says when
 to run it and how to bring a host back.
 """

@@ -344,8 +344,8 @@ def test_the_command_reports_unreachable_and_notready_nodes_and_goes_on(tmp_path
     fingerprints["gpu-06"]["kernel"] = "6.8.0-90-generic"
     assert drift.main(["prod"]) == 2  # no drift, but two nodes could not be checked
     assert (
-        capsys.readouterr().out.splitlines()[-1]
-        == f"no drift: {len(fingerprints) - 2} nodes as the settings say, 2 not checked (in whole or in part: listed above)"
+        capsys.readouterr().out.splitlines()[-1] == f"no drift: {len(fingerprints) - 2} nodes as the settings say, "
+        "2 not checked (in whole or in part: listed above)"
     )
 
 
