@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
-from settings.declare import none, rerender, restarts
+from settings.declare import rerender, restarts
 from settings.types import SECRET, Model, Secret
 
 
@@ -32,7 +32,10 @@ class StackSecrets(Model):
     """the Mattermost bot access token; needed with a mattermost channel"""
 
     CHANGES: ClassVar = {
-        "ssh_private_key": none("how the program reaches the hosts"),
+        "ssh_private_key": rerender(
+            "how the program reaches the hosts: every host step's connection changes, so each re-runs its (idempotent) "
+            "script once; the hosts must accept the new key first (docs/runbook.md §4)"
+        ),
         "rke2_token": restarts(
             "rke2-server (the token in config.yaml); agents keep their agent token", "servers", "hosts"
         ),

@@ -407,3 +407,33 @@ def test_lowering_kueues_wait_for_pods_ready_names_the_evictions(field, old, new
     lines = settings_lines(plan_of("prod", at(old)), plan_of("prod", at(new)))
     assert any(f"waitForPodsReady.{field}: {old} -> {new}" in line for line in lines), lines
     assert settings_lines(plan_of("prod", at(new)), plan_of("prod", at(old))) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Each credential's declared change agrees with what rotating it does in the plan
+# ---------------------------------------------------------------------------------------------
+
+
+def _rotated_plan(tmp_path: Path, key: str, ciphertext: str) -> dict:
+    doc = yaml.safe_load((ROOT / "Pulumi.lab.yaml").read_text())
+    doc["config"][f"ml-platform:{key}"] = {"secure": ciphertext}
+    path = tmp_path / f"Pulumi.lab.{key}.{ciphertext[3:]}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return json.loads(engine.evaluate_stack("lab", path).to_json())
+
+
+@pytest.mark.parametrize("key", ["sshPrivateKey", "zabbixAgentPsk", "zabbixAdminPassword", "rke2Token"])
+def test_a_credentials_declared_change_agrees_with_its_rotation_in_the_plan(tmp_path: Path, key):
+    from settings import StackSecrets
+    from settings.declare import changes_of
+
+    name = next(n for n, info in StackSecrets.model_fields.items() if (info.alias or n) == key)
+    change = changes_of(StackSecrets)[name]
+    result = diff.compare(_rotated_plan(tmp_path, key, "v1:aaaa"), _rotated_plan(tmp_path, key, "v1:bbbb"))
+    actions = {e.action for e in result.entries}
+    if change.kind == "none":
+        assert actions == set(), f"{key} is declared to change nothing, but the plan changes {result.counts()}"
+    if change.kind in ("none", "re-render", "restart"):
+        assert actions <= {"update"}, f"{key} is declared {change.kind}, but the plan has {result.counts()}"
+    if change.kind != "none":
+        assert result.danger and any(key in line or "token" in line for line in result.danger), result.danger

@@ -368,11 +368,23 @@ def rotation_danger(sides: Sides) -> list[str]:
         by_type[short] = by_type.get(short, 0) + 1
     spread = ", ".join(f"{n} {t}" for t, n in sorted(by_type.items())) or "no resource of this plan"
     where = f" on {len(hosts)} host(s)" if hosts else ""
+    names = [k.split(":", 1)[-1] for k in keys]
+    declared = "; ".join(f"{name}: {_secret_change(name)}" for name in names)
     return [
-        f"credential rotated ({', '.join(k.split(':', 1)[-1] for k in keys)}): {len(carrying)} resource(s) take the "
-        f"new value{where} ({spread}); until every one has it, agents and clients holding the old value are refused: "
-        "rotate in one `up` and watch the monitoring for hosts that fall silent"
+        f"credential rotated ({', '.join(names)}): {len(carrying)} resource(s) take the new value{where} ({spread}); "
+        f"{declared}. Until every one has it, whatever still holds the old value is refused: rotate in one `up` and "
+        "watch the monitoring for hosts that fall silent"
     ]
+
+
+def _secret_change(key: str) -> str:
+    """What the secret's own declaration says its change does (settings/secrets.py, `CHANGES`)."""
+    from settings import StackSecrets
+    from settings.declare import changes_of
+
+    names = {(info.alias or name): name for name, info in StackSecrets.model_fields.items()}
+    change = changes_of(StackSecrets).get(names.get(key, ""))
+    return change.describe() if change is not None else "not declared"
 
 
 CLASSES = (
