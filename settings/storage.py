@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 
 from settings.backup_layout import BACKUP_NAMESPACE
 from settings.declare import Claim, Uses, destroys_on_decrease, none, refused, replaces, rerender, restarts
+from settings.quantities import QUANTITY_ORDER
 from settings.types import Bucket, Cron, Host, Image, Model, Name, Namespace, Port, Sha256, StorageClassName, Url
 
 
@@ -106,7 +107,7 @@ class BackupSource(Model):
     claim_name: Name
     """The PersistentVolumeClaim. Each run takes a CSI snapshot of it, binds the snapshot into ml-backup and mounts a
     read-only clone of it there: a consistent point-in-time copy, not the live tree."""
-    size: str = Field(pattern=r"^[0-9]+(Mi|Gi|Ti|Pi)$")
+    size: Annotated[str, QUANTITY_ORDER] = Field(pattern=r"^[0-9]+(Mi|Gi|Ti|Pi)$")
     """The claim's requested size (e.g. `20Ti`): the snapshot's clone must request at least this much (a CephFS shallow
     clone allocates nothing)."""
     storage_class: Annotated[Name, Uses("storage-class")]
@@ -116,7 +117,10 @@ class BackupSource(Model):
         "name": replaces("the backup CronJob and its status; the tree moves to <name>/ in the bucket (a full copy)"),
         "namespace": replaces("the backup CronJob, its identity and its status"),
         "claim_name": rerender("the backup CronJob's source claim"),
-        "size": rerender("the snapshot clone's request"),
+        "size": destroys_on_decrease(
+            "the snapshot clone's request: below the claim's size the CSI provisioner refuses the clone (smaller than "
+            "its snapshot's restoreSize) and every backup run fails until it is raised"
+        ),
         "storage_class": rerender("the snapshot clone's class"),
         "run_as_user": rerender("the backup pod's identity"),
         "run_as_group": rerender("the backup pod's identity"),

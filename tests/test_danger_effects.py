@@ -437,3 +437,17 @@ def test_a_credentials_declared_change_agrees_with_its_rotation_in_the_plan(tmp_
         assert actions <= {"update"}, f"{key} is declared {change.kind}, but the plan has {result.counts()}"
     if change.kind != "none":
         assert result.danger and any(key in line or "token" in line for line in result.danger), result.danger
+
+
+def test_a_backup_clone_made_smaller_than_before_is_named():
+    def size(value):
+        def mutate(raw):
+            raw["storage"]["minio"]["backup"]["sources"][0]["size"] = value
+
+        return mutate
+
+    if not stack_doc("prod")["storage"]["minio"].get("backup", {}).get("sources"):
+        pytest.fail("prod backs up no claim: the test needs a backup source")
+    lines = settings_lines(plan_of("prod", size("20Ti")), plan_of("prod", size("500Gi")))
+    assert any(".size" in line and "restoreSize" in line for line in lines), lines
+    assert settings_lines(plan_of("prod", size("20Ti")), plan_of("prod", size("20480Gi"))) == []
