@@ -38,6 +38,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -112,7 +113,9 @@ def flatten(fingerprint: Mapping) -> dict[str, str]:
     """One value per key: versions, `file PATH`, `package NAME`; an IPoIB file by presence (it holds the node's
     own address)."""
     values = {
-        k: str(v) for k, v in fingerprint.items() if k not in ("node", "files", "sysctl", "packages", "not_checked")
+        k: str(v)
+        for k, v in fingerprint.items()
+        if k not in ("node", "seq", "files", "sysctl", "packages", "not_checked")
     }
     for path, digest in fingerprint.get("files", {}).items():
         values[f"file {path}"] = ("present" if digest != "absent" else "absent") if path in IPOIB_FILES else str(digest)
@@ -249,17 +252,47 @@ def live_fingerprints(namespace: str, refresh: bool = False) -> tuple[dict[str, 
         if node in not_ready:
             continue
         try:
-            if refresh:
-                _kubectl("exec", "-n", namespace, pod, "--", "kill", "-HUP", "1", timeout=30)
             logs = _kubectl("logs", "-n", namespace, pod, "--tail=20", timeout=30)
+            if logs.returncode == 0 and refresh:
+                logs = fresh_logs(namespace, pod, node, logs.stdout)
         except subprocess.TimeoutExpired:
             problems.append(Finding(node, NOT_CHECKED, "", f"the log of {pod} did not come within 30 s"))
+            continue
+        except StaleFingerprint as stale:
+            problems.append(Finding(node, NOT_CHECKED, "", str(stale)))
             continue
         if logs.returncode != 0:
             problems.append(Finding(node, NOT_CHECKED, "", f"cannot read the log of {pod}: {logs.stderr.strip()}"))
             continue
         fingerprints.update(parse(logs.stdout.splitlines()))
     return fingerprints, problems
+
+
+class StaleFingerprint(Exception):  # noqa: N818 (a state, not an error)
+    """No fingerprint newer than the refresh's request came in time."""
+
+
+REFRESH_WAIT = 60
+
+
+def fresh_logs(namespace: str, pod: str, node: str, before: str) -> subprocess.CompletedProcess:
+    """SIGHUP the probe, then read its log until a fingerprint with a sequence number above the last one seen
+    before the signal shows (REFRESH_WAIT seconds at most): a fingerprint read at once may be the old one."""
+    last = int(parse(before.splitlines()).get(node, {}).get("seq", 0) or 0)
+    sent = _kubectl("exec", "-n", namespace, pod, "--", "kill", "-HUP", "1", timeout=30)
+    if sent.returncode != 0:
+        raise StaleFingerprint(f"cannot signal {pod} for a fresh fingerprint: {sent.stderr.strip()}")
+    deadline = time.monotonic() + REFRESH_WAIT
+    while True:
+        logs = _kubectl("logs", "-n", namespace, pod, "--tail=20", timeout=30)
+        seq = int(parse(logs.stdout.splitlines()).get(node, {}).get("seq", 0) or 0) if logs.returncode == 0 else 0
+        if seq > last:
+            return logs
+        if time.monotonic() >= deadline:
+            raise StaleFingerprint(
+                f"no fingerprint newer than #{last} from {pod} within {REFRESH_WAIT} s of the refresh"
+            )
+        time.sleep(1)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

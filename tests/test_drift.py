@@ -322,6 +322,7 @@ def test_the_command_reports_unreachable_and_notready_nodes_and_goes_on(tmp_path
         if args[:2] == ("get", "pods"):
             return subprocess.CompletedProcess(args, 0, json.dumps(pods), "")
         if args[0] == "exec":
+            signalled.add(args[3])
             return subprocess.CompletedProcess(args, 0, "", "")
         pod = args[3]
         node = pod.removeprefix("drift-probe-")
@@ -329,7 +330,13 @@ def test_the_command_reports_unreachable_and_notready_nodes_and_goes_on(tmp_path
             raise AssertionError("a NotReady node's log is not asked for")
         if node == "gpu-04":
             return subprocess.CompletedProcess(args, 1, "", "Error from server: dial tcp 10.0.0.14:10250: i/o timeout")
-        return subprocess.CompletedProcess(args, 0, f"FINGERPRINT {json.dumps(fingerprints[node])}\n", "")
+        # The probe answers a SIGHUP with its next fingerprint (sequence number 8 after 7); gpu-09 never does.
+        seq = 8 if pod in signalled and node != "gpu-09" else 7
+        line = json.dumps({**fingerprints[node], "seq": seq})
+        return subprocess.CompletedProcess(args, 0, f"FINGERPRINT {line}\n", "")
+
+    signalled: set[str] = set()
+    monkeypatch.setattr(drift, "REFRESH_WAIT", 2)
 
     monkeypatch.setattr(drift, "_kubectl", kubectl)
     assert drift.main(["prod", "--refresh"]) == 1
@@ -339,6 +346,8 @@ def test_the_command_reports_unreachable_and_notready_nodes_and_goes_on(tmp_path
         "gpu-02: not checked: NotReady since 2026-11-27T10:00:00Z",
         "gpu-04: not checked: cannot read the log of drift-probe-gpu-04: "
         "Error from server: dial tcp 10.0.0.14:10250: i/o timeout",
+        # Its fingerprint never got newer than the one before the refresh: not read as if fresh.
+        "gpu-09: not checked: no fingerprint newer than #7 from drift-probe-gpu-09 within 2 s of the refresh",
     ]
     assert ("exec", "-n", "ml-platform-acceptance", "drift-probe-gpu-06", "--", "kill", "-HUP", "1") in calls
     fingerprints["gpu-06"]["kernel"] = "6.8.0-90-generic"

@@ -16,6 +16,8 @@
 #   blacklists or installs as a no-op (`install nvidia_peermem /bin/false`);
 # - not_checked: each source the probe could not read, with why (the host's root not mounted, no package
 #   database, no /proc/sys): what depends on it is reported `not checked`, never compared as if empty.
+# Each fingerprint carries a sequence number (`seq`, counted from the probe's start): `--refresh` waits for one
+# newer than the last it saw before its SIGHUP.
 # It runs in the host's network namespace (hostNetwork), so the `net.*` sysctls it reads are the host's, not
 # its pod's; the host's files come from its root mounted read-only.
 # `python -m stacks.drift` reads the lines and compares them with the settings and with the node's peers.
@@ -190,9 +192,11 @@ unreadable() {
   printf '{%s}' "$out"
 }
 
+seq=0
 fingerprint() {
-  printf 'FINGERPRINT {%s,%s,%s,%s,%s,"files":%s,"sysctl":%s,%s,"packages":%s,%s,%s,%s,"not_checked":%s}\n' \
-    "$(pair node "$NODE_NAME")" "$(pair rke2 "$(rke2_version)")" "$(pair kernel "$(uname -r)")" \
+  seq=$((seq + 1))
+  printf 'FINGERPRINT {"seq":%s,%s,%s,%s,%s,%s,"files":%s,"sysctl":%s,%s,"packages":%s,%s,%s,%s,"not_checked":%s}\n' \
+    "$seq" "$(pair node "$NODE_NAME")" "$(pair rke2 "$(rke2_version)")" "$(pair kernel "$(uname -r)")" \
     "$(pair nvidia "$(module_version nvidia)")" "$(pair ofed "$(module_version mlx5_core)")" \
     "$(files_json)" "$(sysctl_json)" "$(pair modules_missing "$(missing_modules)")" "$(packages_json)" \
     "$(pair fstab "$(fstab_sum)")" "$(pair swap_entries "$(active_swap)")" \
