@@ -33,7 +33,7 @@ from stacks import layers
 from stacks.orchestration import ci
 from stacks.orchestration import migrate as migration
 from stacks.orchestration.run import ACTIONS, Orchestrator, shares
-from stacks.orchestration.workspace import ROOT, Environment
+from stacks.orchestration.workspace import ROOT, ConfigInput, Environment
 from stacks.plan import stack_settings
 
 DEFAULT_PARALLEL = 64  # what the delivery workflow runs `up` with
@@ -85,6 +85,7 @@ def main(
     auto: Optional[ModuleType] = None,
     work_dir: Path = ROOT,
     out: Callable[[str], None] = print,
+    config_input: Optional[ConfigInput] = None,
 ) -> int:
     args = parser().parse_args(argv)
     try:
@@ -111,7 +112,7 @@ def main(
         groups = [g.strip() for g in args.groups.split(",") if g.strip()] if args.groups else None
         if groups is not None and not groups:
             raise ValueError("--groups: name at least one group")
-        environment = Environment(args.env, work_dir, auto)
+        environment = Environment(args.env, work_dir, auto, config_input=config_input)
         orchestrator = Orchestrator(environment, stacks, out)
         if args.continue_on_error and args.action != "up":
             raise ValueError("--continue-on-error: only with up")

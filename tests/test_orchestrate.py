@@ -59,7 +59,7 @@ def fleet(tmp_path) -> standin.Fleet:
 
 def orchestrator(fleet: standin.Fleet, lines: list[str] | None = None) -> Orchestrator:
     out = lines.append if lines is not None else (lambda line: None)
-    return Orchestrator(Environment(ENV, fleet.work_dir, fleet), SPECS, out)
+    return Orchestrator(Environment(ENV, fleet.work_dir, fleet, config_input=fleet.config_input), SPECS, out)
 
 
 def window(fleet: standin.Fleet, stack: str, action: str = "up") -> tuple[int, int]:
@@ -136,13 +136,26 @@ def test_node_group_stacks_hold_no_admin_credential(fleet):
     config = {r.stack: r.config for r in fleet.runs}
     for group in GROUPS:
         held = config[f"{ENV}-nodes-{group}"]
-        assert set(held) == {"ml-platform:cluster", "ml-platform:sshPrivateKey"}
+        cluster_values = {f"cluster-stack:{key}" for key in ("caHash", "agentToken", "nodeKubeconfig")}
+        assert set(held) == {"ml-platform:cluster", "ml-platform:sshPrivateKey", *cluster_values}
         # The CLI re-encrypted it for this stack (`pulumi config cp`), not copied as the env's ciphertext.
         assert held["ml-platform:sshPrivateKey"] == {"secure": f"{ENV}-nodes-{group}:ssh-key"}
+        # From the cluster stack's outputs: the agent token and the Node-patching kubeconfig as secrets.
+        assert held["cluster-stack:caHash"] == CLUSTER["caHash"]
+        assert held["cluster-stack:agentToken"] == {"secure": f"{ENV}-nodes-{group}:{CLUSTER['agentToken']}"}
+        assert held["cluster-stack:nodeKubeconfig"]["secure"].endswith(CLUSTER["nodeKubeconfig"])
     for name in (f"{ENV}-cluster", f"{ENV}-platform"):
         assert set(config[name]) == set(ENV_CONFIG)
-    # No secret value ever went on a command line (`config set-all` would put them there).
-    assert not [args for args in fleet.cli if args[:2] in (["config", "set"], ["config", "set-all"])]
+    # No secret value ever went on a command line (`config set-all` would put them there; `config set` reads
+    # each value from standard input, and the stand-in refuses a value among the arguments).
+    assert not [args for args in fleet.cli if args[:2] == ["config", "set-all"]]
+    sets = [args for args in fleet.cli if args[:2] == ["config", "set"]]
+    assert {args[-1] for args in sets} == {
+        "cluster-stack:caHash",
+        "cluster-stack:agentToken",
+        "cluster-stack:nodeKubeconfig",
+    }
+    assert all(("--secret" in args) == (args[-1] != "cluster-stack:caHash") for args in sets)
     assert ["config", "cp", "--stack", ENV, "--dest", f"{ENV}-nodes-rack-a", "--non-interactive"] in fleet.cli
 
 
@@ -274,7 +287,9 @@ def test_destroy_keeps_the_cluster_while_a_group_is_left(fleet):
 
 def test_a_retired_groups_stack_blocks_up_until_it_is_destroyed(fleet):
     more = [*SPECS[:-1], StackSpec(f"{ENV}-nodes-rack-e", "nodes", "rack-e"), SPECS[-1]]
-    Orchestrator(Environment(ENV, fleet.work_dir, fleet), more, lambda line: None).run("up", 8)
+    Orchestrator(Environment(ENV, fleet.work_dir, fleet, config_input=fleet.config_input), more, lambda line: None).run(
+        "up", 8
+    )
     # rack-e's last nodes left the settings: its stack still holds them, and nothing else would drain them.
     with pytest.raises(ValueError, match=f"{ENV}-nodes-rack-e: the stack of a node group the settings no longer"):
         orchestrator(fleet).run("up", 8)
@@ -294,6 +309,7 @@ def test_a_retired_groups_stack_blocks_up_until_it_is_destroyed(fleet):
 
 
 def test_check_fails_on_a_change_but_not_on_a_stacks_own_components(fleet):
+    orchestrator(fleet).run("up", 8)
     fleet.changes = {
         f"{ENV}-nodes-rack-a": [
             ("same", "command:remote:Command", True),
@@ -311,6 +327,21 @@ def test_check_fails_on_a_change_but_not_on_a_stacks_own_components(fleet):
         "update urn:pulumi:fleet-nodes-rack-b::ml-platform::command:remote:Command::x" in failed[f"{ENV}-nodes-rack-b"]
     )
     assert not report.ok
+
+
+def test_node_groups_preview_only_once_the_cluster_stack_has_outputs(fleet):
+    """Before the cluster's first up there is no CA hash or agent token to join with: the groups say so and are
+    not previewed (nothing is set in their config); after it, they preview with the cluster's values."""
+    lines: list[str] = []
+    report = orchestrator(fleet, lines).run("preview", 8)
+    waiting = {r.stack: r.note for r in report.results if r.layer == "nodes"}
+    assert set(waiting) == {f"{ENV}-nodes-{g}" for g in GROUPS}
+    assert all(r.status == "not run" for r in report.results if r.layer == "nodes") and not report.ok
+    assert all("no outputs yet" in note for note in waiting.values())
+    assert not [args for args in fleet.cli if args[:2] == ["config", "set"]]
+    orchestrator(fleet).run("up", 8)
+    again = orchestrator(fleet).run("preview", 8)
+    assert {r.status for r in again.results if r.layer == "nodes"} == {"succeeded"}
 
 
 def test_changes_of_reads_real_engine_events():
@@ -344,7 +375,8 @@ def layered_env(tmp_path_factory) -> Path:
 
 def run_cli(args: list[str], work: Path, fleet: standin.Fleet | None = None) -> tuple[int, list[str]]:
     lines: list[str] = []
-    return orchestrate.main(args, auto=fleet, work_dir=work, out=lines.append), lines
+    config_input = fleet.config_input if fleet else None
+    return orchestrate.main(args, auto=fleet, work_dir=work, out=lines.append, config_input=config_input), lines
 
 
 def test_the_command_runs_the_stacks_the_settings_declare(layered_env):

@@ -100,6 +100,14 @@ class Orchestrator:
         self.say(f"{spec.name}: {action} --parallel {parallel}")
         try:
             stack = self.stack(spec)
+            if spec.layer == "nodes" and action in ("up", "preview"):  # the two that run the program
+                cluster = {k: v.value for k, v in self.stack(self.layer("cluster")[0]).outputs().items()}
+                if action == "preview" and not all(cluster.get(key) for key in NODE_INPUTS):
+                    result.status = "not run"
+                    result.note = "the cluster stack has no outputs yet: a node group previews after its first up"
+                    self.say(f"{spec.name}: preview not run: {result.note}")
+                    return result
+                self.environment.pass_cluster_values(stack, cluster)
             kwargs: dict[str, Any] = {"parallel": parallel, "on_output": self._printer(spec.name)}
             if action == "preview":
                 steps: list[Any] = []

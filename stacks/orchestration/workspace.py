@@ -12,13 +12,18 @@ settings and their secrets and no resources. Each layered stack gets:
   line, readable in `ps` on a shared runner). Keys the environment no longer has are removed from the copy.
 - Node-group stacks get no credential but the SSH key (`NODE_SECRETS`): every other secret of the environment
   (the RKE2 server token, the Zabbix admin password, any `secure:` value) is removed from their copy before
-  they run. What they need from the cluster they read from its stack's outputs: the CA hash, the agent token and
-  a credential that may only get and patch Nodes.
+  they run. What they need from the cluster (the CA hash, the agent token and a credential that may only get and
+  patch Nodes) the orchestrator copies from the cluster stack's outputs into their config before each preview or
+  up (`cluster-stack:*`, stacks/layers.py), each value on the CLI's standard input: a StackReference would keep
+  every output of the cluster stack, the admin kubeconfig too, in the group's state.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -27,6 +32,10 @@ from typing import Any, Optional
 import yaml
 
 from settings.secrets import SECRET_KEYS
+from stacks.layers import CLUSTER_CONFIG, NODE_INPUTS, SECRET_NODE_INPUTS
+
+# Runs `pulumi ARGS` with VALUE on standard input: (workspace, args, value).
+ConfigInput = Callable[[Any, list[str], str], None]
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "ml-platform"
@@ -91,12 +100,14 @@ class Environment:
         work_dir: Path = ROOT,
         auto: Optional[ModuleType] = None,
         env_vars: Optional[dict[str, str]] = None,
+        config_input: Optional[ConfigInput] = None,
     ):
         self.env = env
         self.work_dir = Path(work_dir)
         self.auto = auto or importlib.import_module("pulumi.automation")
         self.file = read_stack_file(self.work_dir / f"Pulumi.{env}.yaml")
         self.env_vars = env_vars or {}
+        self.config_input = config_input or _cli_with_input
 
     def options(self) -> Any:
         return self.auto.LocalWorkspaceOptions(
@@ -121,6 +132,20 @@ class Environment:
         if kept:
             raise StackFileError(f"stack {stack.name} still holds {', '.join(kept)} after removing it")
 
+    def pass_cluster_values(self, stack: Any, cluster_outputs: Mapping[str, Any]) -> None:
+        """The cluster stack's values a node group needs, into the group stack's config: `pulumi config set
+        [--secret] KEY` reads each value from standard input (never a command line)."""
+        missing = [key for key in NODE_INPUTS if cluster_outputs.get(key) in (None, "")]
+        if missing:
+            raise StackFileError(
+                f"{self.env}-cluster has no {', '.join(missing)} output yet: run its `up` first "
+                f"(python -m stacks.orchestrate up {self.env})"
+            )
+        for key in NODE_INPUTS:
+            kind = "--secret" if key in SECRET_NODE_INPUTS else "--plaintext"
+            args = ["config", "set", kind, "--stack", stack.name, f"{CLUSTER_CONFIG}:{key}"]
+            self.config_input(stack.workspace, args, str(cluster_outputs[key]))
+
     def _cli(self, workspace: Any, args: list[str]) -> Any:
         env = {**({"PULUMI_HOME": workspace.pulumi_home} if workspace.pulumi_home else {}), **workspace.env_vars}
         return workspace.pulumi_command.run([*args, "--non-interactive"], workspace.work_dir, env)
@@ -129,3 +154,21 @@ class Environment:
         """Names of the project's stacks the backend has."""
         workspace = self.auto.LocalWorkspace(**vars(self.options()))
         return sorted(summary.name.rsplit("/", 1)[-1] for summary in workspace.list_stacks())
+
+
+def _cli_with_input(workspace: Any, args: list[str], value: str) -> None:
+    """`pulumi ARGS --non-interactive` with `value` on standard input (the CLI reads a config value from there when
+    the command line has none), in the workspace's directory and environment."""
+    env = {**os.environ, **({"PULUMI_HOME": workspace.pulumi_home} if workspace.pulumi_home else {})}
+    env.update(workspace.env_vars)
+    done = subprocess.run(
+        [workspace.pulumi_command.command, *args, "--non-interactive"],
+        input=value,
+        text=True,
+        capture_output=True,
+        cwd=workspace.work_dir,
+        env=env,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise StackFileError(f"pulumi {' '.join(args[:2])} {args[-1]}: {done.stderr.strip() or done.returncode}")

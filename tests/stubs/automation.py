@@ -12,8 +12,10 @@ result types (`UpResult`, `PreviewResult`, `UpdateSummary`, `OutputValue`, `Engi
 - `stack.up/preview/refresh/destroy(parallel=..., on_output=..., on_event=...)`, `stack.outputs()`,
   `stack.history(page_size=1)`: the programs are those of a layered environment (`Fleet`): the cluster stack
   exports `Fleet.cluster_outputs` (current values, which a test may change between runs); a node-group stack
-  reads the cluster stack's outputs as its StackReference would, exports their digest (`stacks.layers.digest_of`
-  of `NODE_INPUTS`) and fails if it is in `Fleet.failing`; the platform stack reads the cluster's outputs too.
+  reads the cluster's values from its own config (`cluster-stack:*`, which the orchestrator sets with
+  `config_input`: `pulumi config set [--secret] KEY`, the value on standard input), fails without them, exports
+  their digest (`stacks.layers.digest_of` of `NODE_INPUTS`) and fails if it is in `Fleet.failing`; the platform
+  stack reads the cluster's outputs as its StackReference would.
   Each run is recorded (stack, action, parallel, start and end order) with the config the stack held then.
 """
 
@@ -145,12 +147,28 @@ class Fleet:
         if not cluster:
             raise RuntimeError(f"error: StackReference {self.env}-cluster: the stack has no outputs")
         if name.startswith(f"{self.env}-nodes-"):
-            consumed = {k: cluster[k] for k in layers.NODE_INPUTS}
+            # What the orchestrator copied into the group's config (`cluster-stack:*`), secrets re-encrypted.
+            own = self.config(name)
+            missing = [k for k in layers.NODE_INPUTS if f"{layers.CLUSTER_CONFIG}:{k}" not in own]
+            if missing:
+                raise RuntimeError(f"error: {name}: {layers.CLUSTER_CONFIG}:{missing[0]} is not set")
+            consumed = {k: _plain(own[f"{layers.CLUSTER_CONFIG}:{k}"]) for k in layers.NODE_INPUTS}
             return {
                 layers.DIGEST_OUTPUT: OutputValue(layers.digest_of(consumed), False),
                 "nodes": OutputValue([], False),
             }
         return {"apiEndpoint": OutputValue(cluster["apiEndpoint"], False)}
+
+    def config_input(self, workspace: Any, args: list[str], value: str) -> None:
+        """`pulumi config set [--secret|--plaintext] --stack NAME KEY` with the value on standard input."""
+        assert value not in " ".join(args), "a config value on the command line"
+        self.cli.append(list(args))
+        if args[:2] != ["config", "set"]:
+            raise CommandError(CommandResult("", f"the stand-in has no `pulumi {' '.join(args[:2])}` with input", 1))
+        name, key = args[args.index("--stack") + 1], args[-1]
+        config = self.config(name)
+        config[key] = {"secure": f"{name}:{value}"} if "--secret" in args else value
+        self._write_config(name, config)
 
     def operate(self, name: str, action: str, parallel: Optional[int], on_output, on_event=None) -> Any:
         with self._lock:
@@ -202,6 +220,11 @@ class Fleet:
 
     def ran(self, action: str = "up") -> list[str]:
         return [r.stack for r in self.runs if r.action == action]
+
+
+def _plain(value: Any) -> Any:
+    """A config value as the program reads it: a secret decrypted (here: its stack tag taken off)."""
+    return value["secure"].split(":", 1)[1] if isinstance(value, dict) and set(value) == {"secure"} else value
 
 
 def _summary(kind: str, result: str) -> real.UpdateSummary:
