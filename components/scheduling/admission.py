@@ -20,6 +20,7 @@ from components.scheduling.surface import (
     CONTROLLER_DOMAINS,
     CONTROLLER_KEYS,
     CRD_SPEC,
+    DEFAULTED,
     EXTRA_ENV,
     EXTRA_METADATA,
     HARMLESS,
@@ -227,6 +228,9 @@ def _kind_validations(who: str) -> list[dict[str, str]]:
     for kind, path, field, verdict in refused_at:
         if field == "manualSelector":
             body = holds_at("object", path, lambda s: f"!has({s}.manualSelector) || {s}.manualSelector == false")
+        elif field in DEFAULTED.get(kind, {}) and path == "spec":
+            default = DEFAULTED[kind][field]
+            body = holds_at("object", path, lambda s, f=field, d=default: f"!has({s}.{f}) || {s}.{f} == '{d}'")
         else:
             body = holds_at("object", path, lambda s, f=field: _unset(s, f))
         out.append(

@@ -285,6 +285,8 @@ CRD_SPEC = {
         "trainer": constrained("resources"),
     },
 }
+# A refused field may hold the value its CRD defaults it to (the API server writes it in before admission).
+DEFAULTED = {"trainjobs": {"managedBy": "trainer.kubeflow.org/trainjob-controller"}}
 # Fields below the top level that an operator turns into objects or containers (judged where they are).
 RAY_HEAD_GROUP = {
     "enableIngress": refused("no-ingress"),
@@ -383,6 +385,13 @@ CONTROLLER_KEYS = {
     "kueue.x-k8s.io/priority-class": constrained("priority"),
     "kueue.x-k8s.io/pod-group-name": A,
     "kueue.x-k8s.io/pod-group-total-count": A,
+    "kueue.x-k8s.io/pod-group-pod-index-label": A,
+    "kueue.x-k8s.io/retriable-in-group": A,
+    # Set by Kueue's own mutating webhook on the pods a team creates (pkg/controller/jobs/pod/pod_webhook.go
+    # `Default`), before admission policies see them; Kueue validates the managed label's value itself.
+    "kueue.x-k8s.io/managed": A,
+    "kueue.x-k8s.io/role-hash": A,
+    "kueue.x-k8s.io/pod-group-pod-index": A,
     "kueue.x-k8s.io/podset-required-topology": A,
     "kueue.x-k8s.io/podset-preferred-topology": A,
     "kueue.x-k8s.io/podset-unconstrained-topology": A,

@@ -137,6 +137,18 @@ def test_every_crd_field_and_pod_template_a_team_writes_is_classified(kind):
         assert inside or env in surface.EXTRA_ENV.get(kind, []), (kind, env)
 
 
+@pytest.mark.parametrize("kind", sorted(CRDS))
+def test_a_refused_field_the_crd_defaults_may_keep_its_default(kind):
+    """The API server writes CRD defaults in before admission: a refused field with one would refuse every object."""
+    spec = crd(kind)["properties"]["spec"]["properties"]
+    defaults = {
+        f: spec[f]["default"]
+        for f in surface.refused_fields(surface.CRD_SPEC[kind])
+        if f in spec and "default" in spec[f]
+    }
+    assert defaults == surface.DEFAULTED.get(kind, {}), kind
+
+
 def test_ray_fields_kuberay_turns_into_objects_are_classified():
     spec = _at(crd("rayclusters"), "spec")
     assert set(_at(spec, "headGroupSpec")["properties"]) == set(surface.RAY_HEAD_GROUP)

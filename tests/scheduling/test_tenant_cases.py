@@ -68,6 +68,26 @@ def test_ordinary_work_is_admitted(prod_plan):
     assert judge(prod_plan, {"metadata": {"name": "c"}, "data": {"CONFIG": "x"}}, "configmaps") == []
     assert judge(prod_plan, {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}}, "services") == []
     assert judge(prod_plan, raycluster(), "rayclusters", "ray.io") == []
+    # A plain pod as Kueue's mutating webhook leaves it (label, gate, pod-group hash), and a TrainJob with the
+    # managedBy its CRD defaults: both as the admission policies see them, after mutation and defaulting.
+    kueued = pod(
+        pod_spec(schedulingGates=[{"name": "kueue.x-k8s.io/admission"}]),
+        labels={"kueue.x-k8s.io/managed": "true", "kueue.x-k8s.io/queue-name": "default"},
+        annotations={"kueue.x-k8s.io/role-hash": "abc", "kueue.x-k8s.io/pod-group-total-count": "2"},
+    )
+    assert judge(prod_plan, kueued, "pods") == []
+    trainjob = {
+        "metadata": {"name": "tj"},
+        "spec": {
+            "managedBy": "trainer.kubeflow.org/trainjob-controller",
+            "suspend": False,
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {"resourcesPerNode": {"limits": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"}}},
+        },
+    }
+    assert judge(prod_plan, trainjob, "trainjobs", "trainer.kubeflow.org") == []
+    trainjob["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+    assert "managed-by" in rules(judge(prod_plan, trainjob, "trainjobs", "trainer.kubeflow.org"))
 
 
 def _gpu_job() -> dict[str, Any]:
