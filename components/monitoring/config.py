@@ -211,9 +211,9 @@ HOST_MACRO_SOURCES = {
 }
 
 
-def global_macros(mon: MonitoringSettings, url: str) -> dict[str, tuple[str, str]]:
-    """Macro -> (value, description): the thresholds the templates' triggers read, and the UI URL the
-    Slack and Mattermost webhooks link back to."""
+def global_macros(mon: MonitoringSettings, url: str, teams: Sequence[Team] = ()) -> dict[str, tuple[str, str]]:
+    """Macro -> (value, description): the thresholds the templates' triggers read, the UI URL the
+    Slack and Mattermost webhooks link back to, and the team of each team namespace."""
     t = mon.thresholds
     values: dict[str, tuple[str, str]] = {}
     for macro, (field, text) in THRESHOLD_MACROS.items():
@@ -224,6 +224,7 @@ def global_macros(mon: MonitoringSettings, url: str) -> dict[str, tuple[str, str
             value = value * 86400
         values[macro] = (str(value), text)
     values["{$ZABBIX.URL}"] = (url, "Zabbix web UI URL")
+    values.update(queues.team_macros(teams))
     return values
 
 

@@ -6,7 +6,7 @@ filters.WithAuthenticationAndAuthorization (cmd/kueue/main.go): the caller's bea
 a TokenReview and its right to `get` the non-resource URL /metrics with a SubjectAccessReview (the
 chart's own `<release>-metrics-reader` ClusterRole grants exactly that, templates/rbac/
 metrics_reader_role.yaml). The server gets its own ServiceAccount for it, not the Kubernetes
-templates' one: read /metrics, list LocalQueues and Workloads, nothing else. Its token (a
+templates' one: read /metrics, list LocalQueues and Workloads, read LocalQueues' pending workloads, nothing else. Its token (a
 `service-account-token` Secret the token controller fills in) reaches Zabbix only as the secret host
 macro {$KUEUE.TOKEN}, as the Kubernetes host's {$KUBE.API.TOKEN} does.
 """
@@ -35,6 +35,9 @@ METRICS_SERVICE, METRICS_PORT = "kueue-controller-manager-metrics-service", 8443
 READER_RULES = [
     {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues", "workloads"], "verbs": ["get", "list"]},
+    # Kueue's visibility API: each LocalQueue's pending workloads in admission order (the chart's own
+    # pending_workloads_lq_viewer_role.yaml grants the same).
+    {"apiGroups": ["visibility.kueue.x-k8s.io"], "resources": ["localqueues/pendingworkloads"], "verbs": ["get"]},
 ]
 
 
@@ -115,3 +118,13 @@ def team_event_tags(names: Sequence[str], teams: Sequence[Team]) -> list[dict[st
             tags.append({"tag": "cluster_queue", "value": team.name})
             tags += [{"tag": "namespace", "value": ns} for ns in team.namespace_names]
     return tags
+
+
+def team_macros(teams: Sequence[Team]) -> dict[str, tuple[str, str]]:
+    """Macro -> (value, description): the team of each team namespace, {$TEAM:"<namespace>"}, which the
+    idle-GPU problems of the DCGM template name (a pod's series carry its namespace, not its team)."""
+    return {
+        f'{{$TEAM:"{ns}"}}': (team.name, f"Team of namespace {ns}")
+        for team in teams
+        for ns in team.namespace_names
+    }

@@ -66,23 +66,46 @@ def localqueues() -> str:
     return json.dumps({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueueList", "items": items})
 
 
-def workload(namespace: str, name: str, created_ago: float, conditions: list[dict], active: bool = True) -> dict:
-    """A v1beta2 Workload as the API returns it (fields of apis/kueue/v1beta2/workload_types.go)."""
+def workload(
+    namespace: str,
+    name: str,
+    created_ago: float,
+    conditions: list[dict],
+    active: bool = True,
+    gpus: int = 0,
+    count: int = 8,
+    priority: int | None = None,
+) -> dict:
+    """A v1beta2 Workload as the API returns it (fields of apis/kueue/v1beta2/workload_types.go): one pod set
+    of `count` pods, each asking `gpus` nvidia.com/gpu; `priority` with its class `p<priority>`."""
+    resources = {"requests": {"nvidia.com/gpu": str(gpus)}, "limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+    spec: dict = {
+        "active": active,
+        "queueName": "default",
+        "podSets": [
+            {
+                "name": "main",
+                "count": count,
+                "template": {"spec": {"containers": [{"name": "trainer", "resources": resources}]}},
+            }
+        ],
+    }
+    if priority is not None:
+        spec.update(
+            priority=priority,
+            priorityClassRef={"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": f"p{priority}"},
+        )
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "Workload",
         "metadata": {"name": name, "namespace": namespace, "creationTimestamp": _time(created_ago)},
-        "spec": {
-            "active": active,
-            "queueName": "default",
-            "podSets": [{"name": "main", "count": 8, "template": {"spec": {"containers": [{"name": "trainer"}]}}}],
-        },
+        "spec": spec,
         "status": {"conditions": conditions},
     }
 
 
-def condition(kind: str, status: str, ago: float, reason: str) -> dict:
-    return {"type": kind, "status": status, "reason": reason, "message": "", "lastTransitionTime": _time(ago)}
+def condition(kind: str, status: str, ago: float, reason: str, message: str = "") -> dict:
+    return {"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": _time(ago)}
 
 
 def workloads(*items: dict) -> str:
@@ -90,13 +113,30 @@ def workloads(*items: dict) -> str:
     return json.dumps({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadList", "items": list(items)})
 
 
-def dcgm_pods(utilisation: dict[int, float], pods: dict[int, tuple[str, str]]) -> str:
+def dcgm_pods(
+    utilisation: dict[int, float], pods: dict[int, tuple[str, str]], activity: dict[int, float] | None = None
+) -> str:
     """dcgm-exporter's DCGM_FI_DEV_GPU_UTIL lines for GPUs `utilisation` (index -> %), with the
     attributes pod, namespace, container on the GPUs a pod holds (`pods`: index -> (namespace, pod)).
     The label layout is the exporter's template (internal/pkg/rendermetrics/render_metrics.go: gpu,
-    UUID, pci_bus_id, device, modelName, Hostname, then the labels, then the attributes sorted)."""
+    UUID, pci_bus_id, device, modelName, Hostname, then the labels, then the attributes sorted).
+    `activity` (index -> ratio 0-1): DCGM_FI_PROF_GR_ENGINE_ACTIVE and DCGM_FI_PROF_PIPE_TENSOR_ACTIVE lines too
+    (the tensor pipe at half the engine's activity), in the families' order the exporter writes."""
     lines = ["# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).", "# TYPE DCGM_FI_DEV_GPU_UTIL gauge"]
-    for gpu, value in utilisation.items():
+    lines += _series("DCGM_FI_DEV_GPU_UTIL", utilisation, pods)
+    for family, share, text in (
+        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 1.0, "Ratio of time the graphics engine is active."),
+        ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 0.5, "Ratio of cycles the tensor (HMMA) pipe is active."),
+    ):
+        if activity is not None:
+            lines += [f"# HELP {family} {text}", f"# TYPE {family} gauge"]
+            lines += _series(family, {g: v * share for g, v in activity.items()}, pods)
+    return "\n".join(lines) + "\n"
+
+
+def _series(family: str, values: dict[int, float], pods: dict[int, tuple[str, str]]) -> list[str]:
+    lines = []
+    for gpu, value in values.items():
         labels = (
             f'gpu="{gpu}",UUID="GPU-0000000{gpu}-7953-256e-8f33-1343419b1a1c",'
             f'pci_bus_id="00000000:{18 + gpu:02X}:00.0",device="nvidia{gpu}",modelName="NVIDIA H100 80GB HBM3",'
@@ -105,5 +145,26 @@ def dcgm_pods(utilisation: dict[int, float], pods: dict[int, tuple[str, str]]) -
         if gpu in pods:
             namespace, pod = pods[gpu]
             labels += f',container="trainer",namespace="{namespace}",pod="{pod}"'
-        lines.append(f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} {value:g}")
-    return "\n".join(lines) + "\n"
+        lines.append(f"{family}{{{labels}}} {value:g}")
+    return lines
+
+
+def with_buckets(text: str, cq: str, counts: dict[str, int]) -> str:
+    """The exposition with the admission-wait histogram of ClusterQueue `cq`'s first priority class set to
+    `counts` (le -> cumulative count; le values as Kueue writes them, "+Inf" included)."""
+    first = re.search(
+        rf'^kueue_admission_wait_time_seconds_bucket{{cluster_queue="{cq}",priority_class="([^"]+)"', text, re.M
+    )
+    assert first, cq
+    for le, count in counts.items():
+        labels = f'cluster_queue="{cq}",priority_class="{first.group(1)}",replica_role="leader",le="{le}"'
+        text = with_value(text, f"kueue_admission_wait_time_seconds_bucket{{{labels}}}", str(count))
+    return text
+
+
+def local_queue_active(text: str, namespace: str, active: bool) -> str:
+    """The exposition with LocalQueue `namespace`/default reported active (True) or inactive (False)."""
+    for status, value in (("True", active), ("False", not active)):
+        labels = f'active="{status}",name="default",namespace="{namespace}",replica_role="leader"'
+        text = with_value(text, f"kueue_local_queue_status{{{labels}}}", "1" if value else "0")
+    return text

@@ -35,7 +35,7 @@ def test_an_idle_gpu_reaches_its_teams_channel_only(receiver):  # noqa: F811
         api.configuration.import_(
             format="yaml", source=trappable(template_sources()["gpu-dcgm"][1]), rules=IMPORT_RULES
         )
-        for macro, (value, _) in global_macros(settings.monitoring, "https://zabbix.example").items():
+        for macro, (value, _) in global_macros(settings.monitoring, "https://zabbix.example", teams).items():
             api.usermacro.createglobal(macro=macro, value=value)
         groups = {g: api.hostgroup.create(name=g)["groupids"][0] for g in HOST_GROUPS}
         KINDS["MediaType"].create(api, normalized("MediaType", media_type_spec("slack", None)), {"bot_token": "xoxb-t"})
@@ -56,17 +56,17 @@ def test_an_idle_gpu_reaches_its_teams_channel_only(receiver):  # noqa: F811
             templates=[{"templateid": template}],
             macros=[{"macro": "{$GPU.IDLE.PERIOD}", "value": "1m"}, {"macro": "{$GPU.COUNT.EXPECTED}", "value": "1"}],
         )["hostids"][0]
-        idle = s.dcgm_pods({0: 0}, {0: ("vision", "resnet-3")})
+        idle = s.dcgm_pods({0: 0}, {0: ("vision", "resnet-3")}, {0: 0.0})
         deadline = time.monotonic() + 120
-        while not api.item.get(hostids=[hostid], search={"key_": "dcgm.gpu.pod.util"}, output=["itemid"]):
+        while not api.item.get(hostids=[hostid], search={"key_": "dcgm.pod.activity"}, output=["itemid"]):
             assert time.monotonic() < deadline, "the pod's GPU was not discovered"
             push(api, "gpu-03", "dcgm.metrics", idle)
             time.sleep(2)
         now = int(time.time())
         for ago in (110, 90, 70):
             push(api, "gpu-03", "dcgm.metrics", idle, clock=now - ago)
-        fired = wait_for(api, hostid, "Idle GPU", PROBLEM, feed=lambda: push(api, "gpu-03", "dcgm.metrics", idle))
-        assert fired == "Idle GPU 0 allocated to vision/resnet-3: under 5% for 1m"
+        fired = wait_for(api, hostid, "resnet-3", PROBLEM, feed=lambda: push(api, "gpu-03", "dcgm.metrics", idle))
+        assert fired == "Team vision, queue vision/default: pod resnet-3 on gpu-03 holds 1 GPUs, idle (under 5% for 1m)"
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             posts = [b for m, p, b in receiver.requests if m == "POST" and p.endswith("/api/chat.postMessage")]
@@ -76,4 +76,4 @@ def test_an_idle_gpu_reaches_its_teams_channel_only(receiver):  # noqa: F811
         time.sleep(10)  # room for a wrong second message to arrive
         posts = [b for m, p, b in receiver.requests if m == "POST" and p.endswith("/api/chat.postMessage")]
     assert [p["channel"] for p in posts] == ["#vision"], posts
-    assert "Idle GPU 0 allocated to vision/resnet-3" in json.dumps(posts[0])
+    assert "Team vision, queue vision/default: pod resnet-3 on gpu-03" in json.dumps(posts[0])

@@ -25,6 +25,7 @@ from components.monitoring.config import (
     global_macros,
     template_sources,
 )
+from components.monitoring.host_set import expand
 from components.monitoring.kinds import IMPORT_RULES
 from settings import load
 from tests.conftest import stack_doc
@@ -36,13 +37,16 @@ PROBLEM, OK = "1", "0"
 
 
 def trappable(text: str) -> str:
-    """The template YAML with every HTTP-agent item open to `history.push`."""
+    """The template YAML with every HTTP-agent item and item prototype open to `history.push`."""
     doc = yaml.safe_load(text)
     for template in doc["zabbix_export"]["templates"]:
-        for item in template.get("items", []):
+        prototypes = [p for rule in template.get("discovery_rules", []) for p in rule.get("item_prototypes", [])]
+        for item in [*template.get("items", []), *prototypes]:
             if item["type"] == "HTTP_AGENT":
                 item["allow_traps"] = "YES"
-    return yaml.safe_dump(doc, sort_keys=False)
+    # No line folding: the frontend's YAML reader misreads PyYAML's folded double-quoted scalars (an escaped
+    # newline of a JavaScript step came back as "n").
+    return yaml.safe_dump(doc, sort_keys=False, width=1 << 30)
 
 
 @pytest.fixture(scope="module")
@@ -387,6 +391,8 @@ def test_etcd_snapshot_too_old_fires_and_resolves(api):
 def test_every_host_links_its_templates_together(api, prod_plan, role):
     """The templates a host gets (official and ours) link together: no item key twice."""
     specs = [r["inputs"]["spec"] for r in prod_plan.by_type("pulumi-python:dynamic/zabbix:Host")]
+    sets = prod_plan.by_type("pulumi-python:dynamic/zabbix:HostSet")  # the nodes' and NAS hosts' (host_set.py)
+    specs += [h for r in sets for h in expand(r["inputs"]["spec"]).values()]
     if role == "kubernetes":
         spec = next(s for s in specs if s["host"].endswith("-kubernetes"))
     else:
