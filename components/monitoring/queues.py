@@ -6,9 +6,9 @@ filters.WithAuthenticationAndAuthorization (cmd/kueue/main.go): the caller's bea
 a TokenReview and its right to `get` the non-resource URL /metrics with a SubjectAccessReview (the
 chart's own `<release>-metrics-reader` ClusterRole grants exactly that, templates/rbac/
 metrics_reader_role.yaml). The server gets its own ServiceAccount for it, not the Kubernetes
-templates' one: read /metrics, list LocalQueues and Workloads, read LocalQueues' pending workloads, nothing else. Its token (a
-`service-account-token` Secret the token controller fills in) reaches Zabbix only as the secret host
-macro {$KUEUE.TOKEN}, as the Kubernetes host's {$KUBE.API.TOKEN} does.
+templates' one: read /metrics, list LocalQueues and Workloads, read LocalQueues' pending workloads,
+nothing else. Its token (a `service-account-token` Secret the token controller fills in) reaches Zabbix
+only as the secret host macro {$KUEUE.TOKEN}, as the Kubernetes host's {$KUBE.API.TOKEN} does.
 """
 
 from __future__ import annotations
@@ -124,7 +124,5 @@ def team_macros(teams: Sequence[Team]) -> dict[str, tuple[str, str]]:
     """Macro -> (value, description): the team of each team namespace, {$TEAM:"<namespace>"}, which the
     idle-GPU problems of the DCGM template name (a pod's series carry its namespace, not its team)."""
     return {
-        f'{{$TEAM:"{ns}"}}': (team.name, f"Team of namespace {ns}")
-        for team in teams
-        for ns in team.namespace_names
+        f'{{$TEAM:"{ns}"}}': (team.name, f"Team of namespace {ns}") for team in teams for ns in team.namespace_names
     }
