@@ -13,7 +13,8 @@ from settings.types import DevicePath, HostKey, IPv4, LabelKey, LabelValue, Mode
 
 class GpuSpec(Model):
     model: str = Field(min_length=1)
-    """The GPU model, e.g. `H100-SXM5-80GB` (node label)."""
+    """The GPU model as `nvidia-smi --query-gpu=name` prints it, e.g. `NVIDIA H100 80GB HBM3` (node label; the GPU
+    node check compares it, and settings/hardware.py gives its NVLink rate for the NVLink check's floor)."""
     count: int = Field(ge=1, le=16)
     """GPUs in the node (node label, stack output `gpuTotal`)."""
 

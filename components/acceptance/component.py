@@ -41,7 +41,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.acceptance.checks import gang_check, storage_check, zabbix_check
+from components.acceptance.checks import GANG_PODS, gang_check, storage_check, zabbix_check
 from components.acceptance.drift import probe_environment
 from components.acceptance.drivers import Driven, dns_name, driver_pod_spec, driver_program, driver_rights
 from components.acceptance.gpu_checks import CHECK_LABEL, gpu_node_check, nccl_check
@@ -149,7 +149,8 @@ class AcceptanceChecks(pulumi.ComponentResource):
             nccl_check(self)
         if settings.storage.enabled:
             storage_check(self)
-        if settings.scheduling.enabled and any(n.gpu is None for n in args.nodes):
+        # The gang needs GANG_PODS CPU nodes at once (one pod per node): a smaller cluster cannot place it.
+        if settings.scheduling.enabled and sum(n.gpu is None for n in args.nodes) >= GANG_PODS:
             gang_check(self)
         if settings.monitoring.enabled and args.monitored_hosts:
             if args.zabbix_token is None:
