@@ -223,6 +223,12 @@ def test_every_check_skipped_exits_non_zero_and_says_nothing_was_measured(tmp_pa
             "failed",
             "the digests differ",
         ),
+        # Evidence of the wrong shape (a list where names were expected) reads as none, and does not crash.
+        (
+            line("gpu-gpu-08", "gpu-08", "passed", "900", "100", "MiB/s", durations_ms=["1500"]),
+            "unverified",
+            "duration",
+        ),
         # Garbage after the mark.
         ("ACCEPTANCE {not json", "failed", "claims 'garbage'"),
     ],

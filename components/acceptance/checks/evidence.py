@@ -28,6 +28,11 @@ def _number(text) -> bool:
     return isinstance(text, str) and bool(_NUMBER.match(text))
 
 
+def _mapping(value) -> dict:
+    """A part of the evidence as name -> text; anything else (a list, a number) reads as nothing."""
+    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
+
+
 def verdict(record: dict) -> tuple:
     """(status, why): passed, failed, skipped or unverified, and what made it so ("" when passed)."""
     claim = record.get("claim", record.get("status"))  # a record of an older check program: its status
@@ -55,7 +60,7 @@ def verdict(record: dict) -> tuple:
             return "failed", f"{value} is above the ceiling of {floor}"
         elif not ceiling and float(value) < float(floor):
             return "failed", f"{value} is below the floor of {floor}"
-    amounts, expected = evidence.get("amounts") or {}, evidence.get("expected") or {}
+    amounts, expected = _mapping(evidence.get("amounts")), _mapping(evidence.get("expected"))
     for name, want in sorted(expected.items()):
         got = amounts.get(name, "")
         if not (_number(got) and _number(want) and float(got) == float(want)):
@@ -66,11 +71,11 @@ def verdict(record: dict) -> tuple:
         for name, got in sorted(amounts.items())
         if name not in expected and (not _number(got) or float(got) <= 0)
     ]
-    durations = evidence.get("durations_ms") or {}
+    durations = _mapping(evidence.get("durations_ms"))
     rate = str(record.get("unit", "")).endswith("/s")
     if rate and not any(_number(ms) and float(ms) > 0 for ms in durations.values()):
         problems.append("a rate without a duration above 0 on a monotonic clock")
-    digests = evidence.get("digests") or {}
+    digests = _mapping(evidence.get("digests"))
     bad = sorted(name for name, hexdigest in digests.items() if not _DIGEST.match(str(hexdigest)))
     if bad:
         problems.append(f"digest {', '.join(bad)} is not a SHA-256")
