@@ -172,7 +172,7 @@ def test_removing_a_team_group_names_the_access_it_takes_off(prod_base):
         team(raw, name)["groups"] = []
 
     lines = danger_of(prod_base, mutate)
-    assert any("RoleBinding" in line and "lose that access" in line for line in lines), lines
+    assert any("RoleBinding" in line and "taken off lose the role it binds" in line for line in lines), lines
     assert any(
         line.startswith(f"settings scheduling.teams[name={name}].groups") and "RESTRICTS" in line for line in lines
     )

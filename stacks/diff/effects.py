@@ -116,8 +116,8 @@ def _k8s(update: Effect, delete: Effect, replace: Optional[Effect] = None) -> Ki
 
 def _access(what: str) -> KindEffects:
     return _k8s(
-        Effect(f"{what}: subjects or rules taken off lose that access", when=narrowed("subjects", "rules")),
-        Effect(f"removes access: {what} no longer granted to its subjects"),
+        Effect(f"subjects or rules taken off lose {what}", when=narrowed("subjects", "rules")),
+        Effect(f"removes access: its subjects lose {what}"),
     )
 
 
@@ -215,10 +215,10 @@ KINDS: dict[str, KindEffects] = {
     f"{K8S}nv-ipam.nvidia.com/v1alpha1:IPPool": _k8s(
         quiet("new addresses come from the new pool"), Effect("IPoIB pods get no address")
     ),
-    f"{K8S}rbac.authorization.k8s.io/v1:ClusterRole": _access("a cluster role's permissions"),
-    f"{K8S}rbac.authorization.k8s.io/v1:ClusterRoleBinding": _access("a cluster role"),
-    f"{K8S}rbac.authorization.k8s.io/v1:Role": _access("a role's permissions"),
-    f"{K8S}rbac.authorization.k8s.io/v1:RoleBinding": _access("a role in its namespace"),
+    f"{K8S}rbac.authorization.k8s.io/v1:ClusterRole": _access("the cluster role's permissions"),
+    f"{K8S}rbac.authorization.k8s.io/v1:ClusterRoleBinding": _access("the cluster role it binds"),
+    f"{K8S}rbac.authorization.k8s.io/v1:Role": _access("the role's permissions"),
+    f"{K8S}rbac.authorization.k8s.io/v1:RoleBinding": _access("the role it binds in its namespace"),
     f"{K8S}scheduling.volcano.sh/v1beta1:PodGroup": _k8s(quiet("updated"), quiet("its gang is dissolved")),
     f"{K8S}storage.k8s.io/v1:StorageClass": KindEffects(
         quiet("updated"),
