@@ -91,12 +91,16 @@ class Hosts:
         return stdin
 
     def run(self, steps: list[runner.Step], action: str = "create") -> runner.Run:
-        return runner.run_steps(self.ssh, steps, action=action, stdin_of=self.stdin_of)
+        self.lab.check_relay()
+        done = runner.run_steps(self.ssh, steps, action=action, stdin_of=self.stdin_of)
+        self.lab.check_relay()
+        return done
 
     def nodes(self) -> dict[str, str]:
         return {n: self.lab.machines[n].address for n in [*inventory.NODES, *inventory.NAS]}
 
     def fingerprints(self) -> dict[str, dict]:
+        self.lab.check_relay()
         return {n: probe.fingerprint(self.ssh, a) for n, a in self.nodes().items()}
 
 
@@ -197,6 +201,182 @@ def test_nas_steps_cut_after_an_undo_converge(hosts):
     print(f"\ninterruption cases on nas-1 after an undo (seed {SEED}):\n  {listed}")
     print(f"nas-1 converged to its fingerprint: {not diff}" + "".join(f"\n  {d}" for d in diff))
     assert not diff, diff
+
+
+# --- Applied state after a cut at a named point (lib.sh `mark`: after each write, before each pending action) ---
+
+# (node, step kind, an operator's edit that gives the step work, the named point the step is cut at). The first
+# three are the defects of a run cut between a write and its restart or apply; the others are further points the
+# steps name (listed by `cuts.marks_of`, printed).
+CUT_POINTS = [
+    (
+        "nas-1",
+        "zabbix-agent2",
+        "echo '# by hand' >> /etc/zabbix/zabbix_agent2.d/ml-platform.conf",
+        "after write /etc/zabbix/zabbix_agent2.d/ml-platform.conf",
+    ),
+    (
+        "agent-1",
+        "rke2",
+        "echo '# by hand' >> /etc/rancher/rke2/config.yaml",
+        "after write /etc/rancher/rke2/config.yaml",
+    ),
+    (
+        "agent-1",
+        "prepare",
+        "sed -i 's/^net.ipv4.ip_forward = 1/net.ipv4.ip_forward = 0/' /etc/sysctl.d/90-ml-platform.conf"
+        " && sysctl --system",
+        "after write /etc/sysctl.d/90-ml-platform.conf",
+    ),
+    (
+        "agent-1",
+        "prepare",
+        "echo '# by hand' >> /etc/chrony/sources.d/ml-platform.sources",
+        "after write /etc/chrony/sources.d/ml-platform.sources",
+    ),
+    ("agent-1", "rke2", "echo '# by hand' >> /etc/rancher/rke2/config.yaml", "before restart-rke2-agent.service"),
+    (
+        "agent-1",
+        "rke2",
+        "echo '# by hand' >> /etc/systemd/system/ml-platform-rke2-certificates.timer && systemctl daemon-reload",
+        "after write /etc/systemd/system/ml-platform-rke2-certificates.timer",
+    ),
+    ("nas-1", "zabbix-agent2", "chown root:root /etc/zabbix/ml-platform.psk", "before restart-zabbix-agent2"),
+    ("nas-1", "minio", "echo '# by hand' >> /etc/default/minio", "after write /etc/default/minio"),
+]
+
+
+def _step(hosts, node: str, kind: str) -> runner.Step:
+    return next(s for s in hosts.steps if s.node == node and s.kind == kind and s.create)
+
+
+def test_a_cut_between_a_change_and_its_apply_is_finished_by_the_next_run(hosts):
+    """Each case: the operator's edit, the step cut where it holds at the named point, then run to its end: the
+    host's fingerprint, which includes what the daemons loaded (each service started after its configuration
+    changed, live sysctls against the file, nothing pending), equals the converged one."""
+    assert hosts.first is not None and hosts.converged
+    listed = {}
+    for node, kind, perturb, point in CUT_POINTS:
+        address, step = hosts.nodes()[node], _step(hosts, node, kind)
+        if (node, kind) not in listed:
+            listed[(node, kind)] = cuts.marks_of(hosts, address, step, perturb)
+            print(f"\nnamed points of {step.name} after {perturb!r}:\n  " + "\n  ".join(listed[(node, kind)]))
+        edited = hosts.ssh.sudo(address, perturb)
+        assert edited.returncode == 0, edited.stderr
+        held, rc = cuts.cut_at(hosts, address, step, point)
+        assert held, f"{step.name} never reached {point!r} (rc {rc}); its points: {listed[(node, kind)]}"
+        finished, said = cuts.finish(hosts, address, step)
+        diff = probe.differences(hosts.converged[node], probe.fingerprint(hosts.ssh, address))
+        print(
+            f"{step.name} cut at {point!r}, run again: rc={finished}, "
+            f"{[line for line in said.splitlines() if line.startswith('changed: ')]}, converged: {not diff}"
+        )
+        assert finished == 0, said
+        assert not diff, (step.name, point, diff)
+
+
+def test_a_full_file_system_fails_the_step_naming_it(hosts):
+    """A full file system (a tmpfs filled to its last byte mounted over the directory): under the script store
+    (/var/lib/ml-platform/scripts), the runner says the store is full, not that the program is missing; under
+    the directory of a file the step rewrites, the step fails naming ENOSPC and leaves the file as it was (no
+    empty file moved into place, no change reported). Freed, the step converges."""
+    address, step = hosts.nodes()["nas-1"], _step(hosts, "nas-1", "zabbix-agent2")
+    store, drop_ins = "/var/lib/ml-platform/scripts", "/etc/zabbix/zabbix_agent2.d"
+    drop_in = f"{drop_ins}/ml-platform.conf"
+    fill = "(dd if=/dev/zero of={0}/fill bs=4k count=8 2>/dev/null; true)"
+    stdin = hosts.stdin_of(step, hosts.first.results)
+    try:
+        assert (
+            hosts.ssh.sudo(address, f"mount -t tmpfs -o size=8k mlph-full {store} && {fill.format(store)}").returncode
+            == 0
+        )
+        rc, _, err, _, _ = hosts.ssh.run(address, step.create, stdin)
+        print(f"\nscript store full: rc={rc}: {err.strip().splitlines()[:1]}")
+        assert rc == 1 and "is full (ENOSPC" in err and "is not on this host" not in err, err
+        assert hosts.ssh.sudo(address, f"umount {store}").returncode == 0
+        ready = hosts.ssh.sudo(
+            address,
+            f"cp {drop_in} /run/mlph-drop-in && mount -t tmpfs -o size=8k mlph-full {drop_ins} && "
+            f"cp /run/mlph-drop-in {drop_in} && echo '# by hand' >> {drop_in} && {fill.format(drop_ins)}",
+        )
+        assert ready.returncode == 0, ready.stderr
+        rc, out, err, _, _ = hosts.ssh.run(address, step.create, stdin)
+        print(f"{drop_ins} full: rc={rc}: {err.strip().splitlines()[-1:]}")
+        assert rc == 1 and "is full (ENOSPC" in err and "changed:" not in out, (out, err)
+        assert hosts.ssh.sudo(address, f"tail -1 {drop_in}").stdout == "# by hand\n"  # nothing moved in
+    finally:
+        hosts.ssh.sudo(address, f"umount {store} 2>/dev/null; umount {drop_ins} 2>/dev/null; rm -f /run/mlph-drop-in")
+    rc, said = cuts.finish(hosts, address, step)
+    assert rc == 0, said
+    assert not probe.differences(hosts.converged["nas-1"], probe.fingerprint(hosts.ssh, address))
+
+
+def test_two_runs_of_one_step_at_once_converge(hosts):
+    """The same step twice at once (a retried pulumi up while the first still runs): the second waits for the
+    first (the step's lock), both end 0, one of them made the change, the host converges."""
+    address, step = hosts.nodes()["nas-1"], _step(hosts, "nas-1", "zabbix-agent2")
+    assert hosts.ssh.sudo(address, "echo '# by hand' >> /etc/zabbix/zabbix_agent2.d/ml-platform.conf").returncode == 0
+    stdin = hosts.stdin_of(step, hosts.first.results)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: hosts.ssh.run(address, step.create, stdin), range(2)))
+    changes = [[line for line in out.splitlines() if line.startswith("changed: ")] for _, out, _, _, _ in results]
+    print(f"\ntwo runs at once: rc {[r[0] for r in results]}, changes {changes}")
+    assert [r[0] for r in results] == [0, 0], [r[2][-800:] for r in results]
+    assert sorted(bool(c) for c in changes) == [False, True], changes
+    assert not probe.differences(hosts.converged["nas-1"], probe.fingerprint(hosts.ssh, address))
+
+
+def test_a_silent_or_refused_mirror_fails_within_its_bound(hosts):
+    """A package source whose server accepts connections and never answers, then one where nothing listens: the
+    step's apt-get update fails within its bound (APT_TIMEOUT, here 5 s per request) naming which it was."""
+    import socket
+    import threading
+
+    address, step = hosts.nodes()["agent-1"], _step(hosts, "agent-1", "prepare")
+    silent = socket.socket()
+    silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    silent.bind((machines.GATEWAY, 0))
+    silent.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        silent.settimeout(0.5)
+        while not stop.is_set():
+            try:
+                held.append(silent.accept()[0])
+            except OSError:
+                continue
+
+    threading.Thread(target=accept, daemon=True).start()
+    port = silent.getsockname()[1]
+    refused = socket.socket()
+    refused.bind((machines.GATEWAY, 0))  # bound, never listening: connections are refused
+    command = step.create.replace("sudo -n env ", "sudo -n env APT_TIMEOUT=5 ", 1)
+    source = "/etc/apt/sources.list.d/mlph-test.list"
+    try:
+        for kind, at, expected in (
+            ("silent", port, "did not answer within 5s"),
+            ("refused", refused.getsockname()[1], "refused the connection"),
+        ):
+            ready = hosts.ssh.sudo(
+                address,
+                f"echo 'deb http://{machines.GATEWAY}:{at}/debian bookworm main' > {source} && "
+                "DEBIAN_FRONTEND=noninteractive apt-get remove -y -q jq >/dev/null",
+            )
+            assert ready.returncode == 0, ready.stderr
+            rc, _, err, seconds, _ = hosts.ssh.run(address, command)
+            print(f"\n{kind} mirror: rc={rc} after {seconds:.1f} s: {err.strip().splitlines()[-1:]}")
+            assert rc == 1 and expected in err, err[-1500:]
+            assert seconds < 120, seconds
+    finally:
+        stop.set()
+        hosts.ssh.sudo(address, f"rm -f {source}")
+        for s in (silent, refused, *held):
+            s.close()
+    rc, said = cuts.finish(hosts, address, step)
+    assert rc == 0, said
+    assert not probe.differences(hosts.converged["agent-1"], probe.fingerprint(hosts.ssh, address))
 
 
 def test_node_removal_runs_the_delete_commands(hosts):

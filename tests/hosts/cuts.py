@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import re
+import shlex
 import tarfile
 from pathlib import Path
 
@@ -137,3 +138,53 @@ def inside_unpack(hosts, address: str, step) -> tuple[list[str], str]:
     rc, out, err, seconds, _ = hosts.ssh.run(address, step.create, stdin)
     cases.append(f"{step.name} re-run to the end: rc={rc} in {seconds:.1f} s: {' / '.join(out.splitlines())}")
     return cases, "" if rc == 0 else f"{step.name} failed after a cut inside dpkg: rc={rc} {out[-800:]} {err[-1500:]}"
+
+
+# --- Cuts at named points: lib.sh's `mark` (after each write, before each pending action) --------------------
+
+HOLD = "/run/ml-platform/hold"
+HELD = "/run/ml-platform/held"
+MARKS = "/run/ml-platform/marks"
+
+
+def marks_of(hosts, address: str, step, perturb: str) -> list[str]:
+    """The named points `step` passes on `address` after `perturb` (an operator's edit that gives it work):
+    the step run once with an empty hold file, which makes it log each point it passes and hold at none."""
+    ready = hosts.ssh.sudo(address, f"mkdir -p /run/ml-platform && : > {HOLD} && rm -f {MARKS} && {perturb}")
+    assert ready.returncode == 0, ready.stderr
+    stdin = hosts.stdin_of(step, hosts.first.results) if step.secret_stdin else None
+    rc, out, err, _, _ = hosts.ssh.run(address, step.create, stdin)
+    told = hosts.ssh.sudo(address, f"cat {MARKS} 2>/dev/null; rm -f {HOLD} {MARKS}")
+    assert rc == 0, (step.name, out[-600:], err[-1200:])
+    script = _script_name(step)
+    return [line.split(": ", 1)[1] for line in told.stdout.splitlines() if line.startswith(f"{script}: ")]
+
+
+def cut_at(hosts, address: str, step, point: str) -> tuple[bool, int]:
+    """`step` run on `address` until it reaches the named point `point`, where it holds; then cut there as a
+    lost session cuts it (its processes on the host killed, then its connection). Returns whether it held
+    there and the exit status the cut left."""
+    script = _script_name(step)
+    hold = hosts.ssh.sudo(
+        address, f"mkdir -p /run/ml-platform && rm -f {HELD} && echo {shlex.quote(f'{script}: {point}')} > {HOLD}"
+    )
+    assert hold.returncode == 0, hold.stderr
+    stdin = hosts.stdin_of(step, hosts.first.results) if step.secret_stdin else None
+    try:
+        rc, _, _, seen = hosts.ssh.run_cut_when(address, step.create, stdin, f"[ -e {HELD} ]", ":")
+    finally:
+        hosts.ssh.sudo(address, f"rm -f {HOLD} {HELD} {MARKS}")
+    return seen, rc
+
+
+def _script_name(step) -> str:
+    found = re.search(r"\bbash -c '.*' (\S+\.sh)$", step.create, re.S)
+    assert found, step.name
+    return found.group(1)
+
+
+def finish(hosts, address: str, step) -> tuple[int, str]:
+    """`step` run again to its end: its exit status and what it says it changed."""
+    stdin = hosts.stdin_of(step, hosts.first.results) if step.secret_stdin else None
+    rc, out, err, _, _ = hosts.ssh.run(address, step.create, stdin)
+    return rc, out + err[-1500:]

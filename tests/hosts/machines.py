@@ -1,8 +1,10 @@
 """Debian 12 machines booted with systemd-nspawn (systemd as PID 1, sshd, a sudo user), each in its own
 network namespace on one test bridge, plus a bastion; the relay that lets apt reach the Debian mirror.
 
-Everything lives under names that start with `mlph` (bridge, namespaces, host-side veths) and files under
-STATE; `cleanup()` removes what a killed earlier run left behind and `Lab.stop()` what this run started.
+Everything lives under names that start with `mlph` and the scope of the state directory (bridge, namespaces,
+host-side veths, cgroups) and files under STATE; `cleanup()` removes what a killed earlier run of the same
+state directory left behind and `Lab.stop()` what this run started: processes only when their pid file proves
+they are the ones it started (start time and command line), nothing of another state directory.
 The machines talk only to the bridge's /24: the test machine's address on it (relay, artifact server)
 and each other.
 """
@@ -10,6 +12,7 @@ and each other.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import ipaddress
 import os
 import shlex
@@ -25,12 +28,17 @@ from typing import Optional
 from tests.hosts import rootfs, standins
 from tests.hosts.artifacts import ArtifactServer
 
-PREFIX = "mlph"
+STATE = Path(os.environ.get("MLP_HOSTS_STATE", "/var/tmp/ml-platform-hosts"))
+# Every name this run makes on the test machine (network namespaces, veths, the bridge, cgroups) carries a
+# scope derived from its state directory: two runs with different state directories (and subnets,
+# MLP_HOSTS_SUBNET) never meet, and cleanup() removes only what a run of this state directory made.
+SCOPE = hashlib.sha256(str(STATE.resolve()).encode()).hexdigest()[:4]
+PREFIX = f"mlph{SCOPE}"  # at most 15 characters with the suffixes below: a network interface's limit
 BRIDGE = f"{PREFIX}br0"
 SUBNET = ipaddress.ip_network(os.environ.get("MLP_HOSTS_SUBNET", "10.251.73.0/24"))
 GATEWAY = str(SUBNET[1])  # the test machine: relay to the mirror, artifact server
 BASTION_ADDRESS = str(SUBNET[5])
-STATE = Path(os.environ.get("MLP_HOSTS_STATE", "/var/tmp/ml-platform-hosts"))
+HOSTNAME_PREFIX = "mlph"  # the machines' own host names (inside them: nothing to scope)
 USER = "mlops"
 MIRROR_HOSTS = ("deb.debian.org",)
 
@@ -110,7 +118,17 @@ class Lab:
             stdout=log,
             stderr=log,
         )
-        (STATE / "relay.pid").write_text(str(self.relay.pid))
+        record_pid(STATE / "relay.pid", self.relay.pid)
+
+    def check_relay(self) -> None:
+        """The relay to the Debian mirror still runs: a relay that died fails the run naming it (and its log),
+        rather than a later step that needs an uncached package."""
+        if self.relay is not None and self.relay.poll() is not None:
+            log = (STATE / "relay.log").read_text(errors="replace")[-600:] if (STATE / "relay.log").is_file() else ""
+            raise RuntimeError(
+                f"the relay to the Debian mirror (socat, pid {self.relay.pid}) ended with {self.relay.returncode}: "
+                f"{log or 'no output'}"
+            )
 
     def _prepare(self, machine: Machine, base: Path, index: int) -> None:
         root = machine.root
@@ -132,9 +150,9 @@ class Lab:
         for path in (ssh_dir, ssh_dir / "authorized_keys"):
             os.chown(path, uid, uid)
         # As the Debian installer leaves a host: its name in /etc/hostname and /etc/hosts.
-        (root / "etc/hostname").write_text(f"{PREFIX}-{machine.name}\n")
+        (root / "etc/hostname").write_text(f"{HOSTNAME_PREFIX}-{machine.name}\n")
         (root / "etc/hosts").write_text(
-            f"127.0.0.1 localhost\n127.0.1.1 {PREFIX}-{machine.name}\n{GATEWAY} {' '.join(MIRROR_HOSTS)}\n"
+            f"127.0.0.1 localhost\n127.0.1.1 {HOSTNAME_PREFIX}-{machine.name}\n{GATEWAY} {' '.join(MIRROR_HOSTS)}\n"
         )
         if machine is not self.bastion:
             standins.install(root, GATEWAY)
@@ -166,7 +184,7 @@ class Lab:
             "--keep-unit",
             "--console=passive",
             f"--network-namespace-path=/run/netns/{machine.netns}",
-            f"--machine={PREFIX}-{machine.name}",
+            f"--machine={HOSTNAME_PREFIX}-{machine.name}",
             f"--directory={machine.root}",
             *[f"--bind={loop}" for loop in machine.disks.values()],
             *standins.nspawn_options(machine.root),
@@ -181,7 +199,13 @@ class Lab:
             start_new_session=True,
         )
         machine.pid = proc.pid
-        (STATE / f"{machine.name}.pid").write_text(str(proc.pid))
+        # Recorded once the shell has become systemd-nspawn (its command line is then nspawn's).
+        deadline = time.monotonic() + 10
+        while b"systemd-nspawn" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{machine.name}: systemd-nspawn did not start; see {log.name}")
+            time.sleep(0.05)
+        record_pid(STATE / f"{machine.name}.pid", proc.pid)
 
     def stop(self) -> None:
         self.artifacts.stop()
@@ -257,12 +281,45 @@ def wait_for_port(address: str, port: int, timeout: float) -> None:
             time.sleep(0.5)
 
 
-def _stop_pid(pid_file: Path) -> None:
-    """End the process this harness started (its pid in `pid_file`): SIGTERM (nspawn then shuts the
-    machine down), SIGKILL after 15 s."""
+def _identity(pid: int) -> Optional[str]:
+    """A process's start time (clock ticks since boot, /proc/PID/stat field 22) and command line: what a pid
+    names only while that process lives, never a later process given the same number."""
     try:
-        pid = int(pid_file.read_text())
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    start = stat.rsplit(")", 1)[1].split()[19]
+    return f"{start} {hashlib.sha256(cmdline).hexdigest()[:16]}"
+
+
+def record_pid(pid_file: Path, pid: int) -> None:
+    """`pid_file`: the pid of a process this harness started, with its start time and command line, so that
+    `cleanup()` can prove it is still that process before it signals it."""
+    identity = _identity(pid)
+    if identity is None:
+        raise RuntimeError(f"process {pid} ended before its pid file {pid_file} was written")
+    pid_file.write_text(f"{pid} {identity}\n")
+
+
+def started_here(pid_file: Path) -> Optional[int]:
+    """The pid in `pid_file` when that process is still the one recorded there (start time and command line
+    equal), else None: a pid file naming another process, or one without an identity, proves nothing."""
+    try:
+        pid_text, identity = pid_file.read_text().strip().split(" ", 1)
+        pid = int(pid_text)
     except (OSError, ValueError):
+        return None
+    return pid if _identity(pid) == identity else None
+
+
+def _stop_pid(pid_file: Path) -> None:
+    """End the process this harness started (its pid in `pid_file`, proved by `started_here`): SIGTERM
+    (nspawn then shuts the machine down), SIGKILL after 15 s. A pid file that proves nothing is removed and
+    its process left alone."""
+    pid = started_here(pid_file)
+    if pid is None:
+        pid_file.unlink(missing_ok=True)
         return
     try:
         os.kill(pid, signal.SIGTERM)
@@ -279,7 +336,8 @@ def _stop_pid(pid_file: Path) -> None:
             break
         time.sleep(0.2)
     else:
-        os.kill(pid, signal.SIGKILL)
+        if started_here(pid_file) == pid:
+            os.kill(pid, signal.SIGKILL)
         time.sleep(0.5)
     pid_file.unlink(missing_ok=True)
 

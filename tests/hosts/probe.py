@@ -3,7 +3,9 @@
 Sections: files (path, mode, owner, sha256; symlinks by target) under the directories the steps
 write, enabled unit files, active units, installed packages with versions, users and groups, mounts
 and fstab with each filesystem UUID replaced by the /dev/disk/by-id name of its device (a twin's
-loop devices and UUIDs differ, what was written must not), sysctls the steps manage.
+loop devices and UUIDs differ, what was written must not), sysctls the steps manage,
+and what the daemons loaded (`loaded`: each service started after its configuration changed, live
+sysctls against the file, actions still pending).
 """
 
 from __future__ import annotations
@@ -48,6 +50,35 @@ section sysctl
 cat /run/ml-platform-standin/sysctl 2>/dev/null | LC_ALL=C sort || true
 section hostname
 hostname
+section loaded
+# What the daemons loaded: each service the steps configure runs since after its configuration last changed
+# (its start time against the newest mtime of its files), or it is stale; and actions still pending.
+loaded() {
+  unit=$1; shift
+  systemctl is-active --quiet "$unit" || { echo "$unit inactive"; return 0; }
+  started=$(systemctl show -p ActiveEnterTimestamp --value "$unit")
+  started=$(date -d "$started" +%s 2>/dev/null || echo 0)
+  newest=$(stat -c %Y "$@" 2>/dev/null | sort -n | tail -1)
+  if [ -z "$newest" ]; then echo "$unit (no configuration)"
+  elif [ "$started" -ge "$newest" ]; then echo "$unit started after its configuration"
+  else echo "$unit STALE: started $started, configuration changed $newest"; fi
+}
+for unit in rke2-server rke2-agent; do
+  systemctl cat "$unit" >/dev/null 2>&1 && \
+    loaded "$unit" /etc/rancher/rke2/{config.yaml,join-token,agent-token,registries.yaml,oidc-ca.pem}
+done
+systemctl cat zabbix-agent2 >/dev/null 2>&1 && \
+  loaded zabbix-agent2 /etc/zabbix/zabbix_agent2.d/*.conf /etc/zabbix/ml-platform.psk
+systemctl cat chrony >/dev/null 2>&1 && loaded chrony /etc/chrony/chrony.conf /etc/chrony/sources.d/*
+systemctl cat minio >/dev/null 2>&1 && loaded minio /etc/default/minio /etc/minio/certs/*.* /etc/minio/certs/CAs/*
+if [ -f /etc/sysctl.d/90-ml-platform.conf ]; then
+  sed -n 's/^\([^#=]*[^ ]\) *= *\(.*\)$/\1 \2/p' /etc/sysctl.d/90-ml-platform.conf | while read -r key value; do
+    echo "sysctl $key: file $value, live $(sysctl -n "$key" 2>/dev/null || echo none)"
+  done
+fi
+systemctl show -p NeedDaemonReload --value ml-platform-rke2-certificates.timer 2>/dev/null \
+  | sed 's/^/certificate timer needs a daemon-reload: /'
+ls /var/lib/ml-platform/pending 2>/dev/null | sed 's/^/pending: /'
 """
 
 

@@ -175,6 +175,9 @@ class Ssh:
         common = (
             f"  User {ssh['user']}\n  IdentityFile {key}\n  IdentitiesOnly yes\n  UserKnownHostsFile {known}\n"
             "  StrictHostKeyChecking yes\n  BatchMode yes\n"
+            # A host that dies without closing the connection (a power cut) ends it within a minute: OpenSSH's
+            # keepalives go end to end, through the ProxyJump, to the host itself.
+            "  ServerAliveInterval 15\n  ServerAliveCountMax 4\n"
             "  LogLevel ERROR\n"
             "  ControlMaster no\n  ControlPath none\n"
         )

@@ -14,7 +14,8 @@ STANDINS = {
     "kernel modules": "modprobe is /usr/local/sbin/modprobe, which marks the module loaded in a private "
     "/sys/module (a tmpfs): a container cannot load modules into the shared kernel",
     "sysctls": "/proc/sys is read-only in these containers (net.* included): /usr/local/sbin/sysctl records "
-    "what `sysctl --system` would apply in /run/ml-platform-standin/sysctl instead of applying it",
+    "what `sysctl --system` would apply in /run/ml-platform-standin/sysctl instead of applying it, and "
+    "`sysctl -n KEY` reads the value recorded there",
     "clock": "chronyd runs for real with -x (it never sets the clock): a container has no CAP_SYS_TIME",
     "disks": "NVMe and OSD disks are loop devices over sparse files; their /dev/disk/by-id names are "
     "links made by systemd-tmpfiles at boot (there is no udev in a container)",
@@ -63,6 +64,11 @@ if [[ ${1-} == --system ]]; then
       mv "$record.new" "$record"
     done <"$file"
   done
+  exit 0
+fi
+# `sysctl -n KEY`: the value it recorded (what the kernel would hold), as the step compares it with the file.
+if [[ ${1-} == -n && -f $record ]] && grep -q "^${2-} = " "$record"; then
+  sed -n "s/^${2//./\\.} = //p" "$record" | tail -1
   exit 0
 fi
 exec /usr/sbin/sysctl "$@"

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -264,3 +267,118 @@ def test_write_file_leaves_no_stray_file_after_a_cut(tmp_path):
     second = subprocess.run(["bash", "-c", program, "lib", "a=1"], capture_output=True, text=True)
     assert second.stdout == "unchanged\n" and not stray.exists()
     assert sorted(p.name for p in target.parent.iterdir()) == ["unit.service"]
+
+
+# --- write_file's failures, concurrent runs, pending actions (lib.sh) ---
+
+
+def _in_full_tmpfs(tmp_path: Path, program: str) -> subprocess.CompletedProcess:
+    """`program` (bash, lib.sh first) run where `tmp_path/full` is a 64 KiB tmpfs filled to its last byte: in a
+    mount namespace of its own (unshare), so nothing outside sees the mount."""
+    if not shutil.which("unshare"):
+        pytest.fail("unshare is missing: install util-linux")
+    full = tmp_path / "full"
+    full.mkdir()
+    setup = (
+        f"mount -t tmpfs -o size=64k tmpfs {full} && mkdir -p {full}/etc && echo old > {full}/etc/demo.conf && "
+        f"(dd if=/dev/zero of={full}/fill bs=4k count=64 2>/dev/null; true)"
+    )
+    script = tmp_path / "program.sh"
+    script.write_text(LIB.read_text() + "\n" + program)
+    return subprocess.run(
+        ["unshare", "-rm", "bash", "-c", f'{setup} && bash -c "$(cat {script})" demo', "demo"],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_write_file_on_a_full_disk_fails_naming_enospc_whatever_the_callers_context(tmp_path):
+    # Under `if` and under `&&`, where `set -e` does not apply: the step still stops, before the file is replaced.
+    for caller in ('if write_file {p} 0644 "$big"; then echo wrote; fi', 'write_file {p} 0644 "$big" && echo wrote'):
+        program = 'big=$(head -c 200000 /dev/zero | tr "\\0" x)\n' + caller.format(p=tmp_path / "full/etc/demo.conf")
+        program += f"\necho after; cat {tmp_path}/full/etc/demo.conf\n"
+        sub = tmp_path / caller[:2]
+        sub.mkdir()
+        program = program.replace(str(tmp_path / "full"), str(sub / "full"))
+        done = _in_full_tmpfs(sub, program)
+        assert done.returncode == 1, (caller, done.stdout, done.stderr)
+        assert "is full (ENOSPC" in done.stderr and "changed:" not in done.stdout and "after" not in done.stdout, (
+            caller,
+            done.stdout,
+            done.stderr,
+        )
+
+
+def test_two_runs_of_one_step_at_once_take_turns(tmp_path):
+    """The same step twice at once: one writes, the other waits for the step's lock and finds it written; both
+    end 0 and no temporary file is left."""
+    target = tmp_path / "etc" / "demo.conf"
+    program = LIB.read_text() + f'\nsleep 0.5\nwrite_file {target} 0644 "$(seq 1 20000)" || echo unchanged\n'
+    env = {**os.environ, "HOST_ROOT": str(tmp_path / "root")}
+    procs = [
+        subprocess.Popen(
+            ["bash", "-c", program, "demo.sh"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outs = [(p.wait(), *p.communicate()) for p in procs]
+    assert [rc for rc, _, _ in outs] == [0, 0], outs
+    assert sorted(out for _, out, _ in outs) == [f"changed: wrote {target}\n", "unchanged\n"], outs
+    assert sorted(p.name for p in target.parent.iterdir()) == ["demo.conf"]
+
+
+def test_a_step_holding_the_lock_too_long_fails_naming_it(tmp_path):
+    program = LIB.read_text() + "\nsleep 5\n"
+    env = {**os.environ, "HOST_ROOT": str(tmp_path / "root"), "STEP_LOCK_WAIT": "1"}
+    first = subprocess.Popen(["bash", "-c", program, "demo.sh"], env=env)
+    try:
+        time.sleep(0.5)
+        second = subprocess.run(["bash", "-c", program, "demo.sh"], env=env, capture_output=True, text=True)
+    finally:
+        first.kill()
+        first.wait()
+    assert second.returncode == 1
+    assert "another run of this step (demo.sh) held" in second.stderr and "pid and start" in second.stderr
+
+
+def test_a_step_past_its_timeout_is_stopped_naming_it(tmp_path):
+    env = {**os.environ, "HOST_ROOT": str(tmp_path / "root"), "STEP_TIMEOUT": "1"}
+    started = time.monotonic()
+    done = subprocess.run(
+        ["bash", "-c", LIB.read_text() + "\nsleep 30\n", "slow.sh"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 124 and time.monotonic() - started < 10
+    assert "error: host step slow.sh did not finish within 1s and was stopped (STEP_TIMEOUT)" in done.stderr
+
+
+def test_a_pending_action_survives_a_cut_and_the_next_run_does_it(tmp_path):
+    """A write marks its action pending before the file changes; a run cut at the named point after the write
+    (held there by the hold file, then killed) leaves the mark; the next run, finding the file right, still
+    does the action, once, and clears the mark."""
+    root = tmp_path / "root"
+    target = root / "etc" / "demo.conf"
+    log = tmp_path / "applied.log"
+    program = (
+        LIB.read_text()
+        + f'\nwrite_file {target} 0644 "value = 1" apply-demo || true\n'
+        + f'apply_pending apply-demo "applied demo" sh -c "echo applied >> {log}" || true\n'
+    )
+    env = {**os.environ, "HOST_ROOT": str(root)}
+    (root / "run/ml-platform").mkdir(parents=True)
+    (root / "run/ml-platform/hold").write_text(f"demo.sh: after write {target}\n")
+    held = subprocess.Popen(["bash", "-c", program, "demo.sh"], env=env, start_new_session=True)
+    deadline = time.monotonic() + 10
+    while not (root / "run/ml-platform/held").exists():
+        assert time.monotonic() < deadline and held.poll() is None, "the step never held at its named point"
+        time.sleep(0.05)
+    os.killpg(held.pid, signal.SIGKILL)
+    held.wait()
+    (root / "run/ml-platform/hold").unlink()
+    assert target.read_text() == "value = 1\n" and not log.exists()
+    assert (root / "var/lib/ml-platform/pending/apply-demo").exists()
+    again = subprocess.run(["bash", "-c", program, "demo.sh"], env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == "changed: applied demo\n" and log.read_text() == "applied\n"
+    assert not (root / "var/lib/ml-platform/pending/apply-demo").exists()
+    third = subprocess.run(["bash", "-c", program, "demo.sh"], env=env, capture_output=True, text=True)
+    assert third.stdout == "" and log.read_text() == "applied\n"
