@@ -198,6 +198,18 @@ def test_why_each_workload_waits_names_its_gpus_priority_wait_and_kueues_reason(
     assert float(found[most]) == 32
     nothing = values(api, hostid, want=("kueue.lq.pending.why[llm-eval,default]",))
     assert nothing["kueue.lq.pending.why[llm-eval,default]"] == "nothing waits"
+    # the dashboards' list: one problem per waiting workload, not classified (no channel sends it)
+    listed = wait_for(api, hostid, "pretrain-70b waits", PROBLEM, feed=lambda: feed_kueue(api, name, workloads=cases))
+    assert listed == f"Team llm, queue llm-train/default: pretrain-70b waits, 32 GPUs, priority 1000: {reason}"
+    assert triggers(api, hostid)[listed]["priority"] == "0"
+    admitted = s.workloads(
+        s.workload("llm-train", "pretrain-70b", 7200, [s.condition("QuotaReserved", "True", 5, "QuotaReserved")]),
+    )
+    feed_kueue(api, name, workloads=admitted)
+    deadline = time.monotonic() + 60
+    while any("pretrain-70b waits" in d for d in triggers(api, hostid)) and time.monotonic() < deadline:
+        time.sleep(2)
+    assert not any("pretrain-70b waits" in d for d in triggers(api, hostid))  # admitted: gone from the list
 
 
 def test_a_workload_larger_than_the_queue_can_ever_hold_fires_and_the_idle_quota_one_does_not(api):
