@@ -314,11 +314,15 @@ def test_adding_or_removing_a_node_touches_only_its_own_resources(prod_plan, edi
     # the inventory (the new one included, the removed one no longer) reports to Zabbix.
     # Its Zabbix host is an entry of its group's host set (and of the set's claim); the check waits for the sets,
     # not for every node's host, so its dependencies stay.
-    assert {u.rsplit("::", 1)[1]: paths for u, paths in result["changed"].items()} == {
+    expected = {
         "acceptance-monitoring": [f"inputs.{HOSTS_PATH}"],
         "monitoring-hosts-nodes": [f"inputs.spec.hosts.{node}"],
         "monitoring-hosts-nodes-claim": ["inputs.hosts"],
     }
+    if gpu:  # its group's NVLink driver, which takes each GPU node of the group in turn, now takes it too
+        driver = "inputs.spec.template.spec.containers[name=driver].env"
+        expected["acceptance-nccl-nvlink-nodes"] = [f"{driver}[name={n}].value" for n in ("EACH", "NODE", "WORKER")]
+    assert {u.rsplit("::", 1)[1]: paths for u, paths in result["changed"].items()} == expected
     outputs = {"monitoredHosts", *(GPU_OUTPUTS if gpu else ())}
     assert result["outputs"] == dict.fromkeys(sorted(outputs), "changed")
 
