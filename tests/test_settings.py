@@ -269,7 +269,8 @@ WAITING = (
     "and cluster.initServer; the pod and IPoIB ranges against the node count; the Ceph storage host count; the "
     "backup sources against tiers 2 and 3; one spelling per GPU model; the teams' GPU quotas against the GPU "
     "nodes; what each team's quota can admit; the teams' storage classes, egress, backup claims and nodes; each "
-    "host its own SSH host key; upgrade concurrency against each pool; alert thresholds against what they watch)"
+    "host its own SSH host key; upgrade concurrency against each pool; alert thresholds against what they watch; "
+    "one InfiniBand block per rack)"
 )
 
 

@@ -226,3 +226,54 @@ def test_the_settings_reference_shows_the_hardware_and_compatibility_tables_with
     assert "## Hardware table" in text and "## Compatibility table" in text
     for row in [*GPU_MODELS, *CUDA_DRIVERS, *CHART_COMPONENTS, *OS_INSTALL]:
         assert row.source in text
+
+
+# ---------------------------------------------------------------------------------------------
+# Values that determine others
+# ---------------------------------------------------------------------------------------------
+
+
+def _racks(raw: dict, block_of) -> list[dict]:
+    gpus = [n for n in raw["nodes"] if n["role"] == "gpu"]
+    for i, n in enumerate(gpus):
+        n["topology"] = {"block": block_of(i), "rack": f"rack-{i // 4}"}
+    return gpus
+
+
+@pytest.mark.parametrize("moved", [1, 5, 9])
+def test_a_rack_in_two_blocks_is_refused(moved):
+    def mutate(raw):
+        gpus = _racks(raw, lambda i: "block-a")
+        gpus[moved]["topology"]["block"] = "block-b"
+
+    refused(mutate, "prod", "nodes[", "topology.block", "correct the block or the rack")
+
+
+def test_racks_each_in_one_block_are_accepted():
+    assert problems("prod", lambda raw: _racks(raw, lambda i: f"block-{i // 8}")) == []
+
+
+def test_one_claim_backed_up_by_two_sources_is_refused():
+    def mutate(raw):
+        sources = raw["storage"]["minio"]["backup"]["sources"]
+        sources.append({**sources[0], "name": f"{sources[0]['name']}-again"})
+
+    refused(mutate, "prod", "storage.minio.backup.sources[", "keep one source per claim")
+
+
+def test_an_rdma_team_under_restricted_pod_security_is_refused():
+    def mutate(raw):
+        next(t for t in raw["scheduling"]["teams"] if t.get("rdma"))["podSecurity"] = "restricted"
+
+    refused(mutate, "prod", "scheduling.teams[", "podSecurity", "use 'baseline'")
+
+
+@pytest.mark.parametrize(("wait", "ok"), [(3600, False), (86400, False), (7 * 86400, True)])
+def test_the_upgrade_wait_covers_the_longest_closed_stretch_of_a_window(wait, ok):
+    def mutate(raw):
+        raw["cluster"]["upgrade"]["waitTimeoutSeconds"] = wait
+
+    found = [p for p in problems("prod", mutate) if p.startswith("cluster.upgrade.waitTimeoutSeconds")]
+    assert (found == []) is ok, found
+    if found:
+        assert "5 days, 18:00:00" in found[0] and "gpu pool" in found[0]

@@ -17,6 +17,7 @@ from settings.rules import (
     claims,
     cluster,
     compatibility,
+    dependencies,
     hosts,
     identity,
     minio,
@@ -47,6 +48,7 @@ RULES: tuple[Rule, ...] = (
     *identity.RULES,
     *compatibility.RULES,
     *queues.RULES,
+    *dependencies.RULES,
 )
 
 __all__ = [
