@@ -123,7 +123,8 @@ write_file() {
   dir=$(dirname -- "$path")
   stale_temporaries "$path"
   if [[ -f $path ]]; then
-    current=$(cat -- "$path" 2>&1) || io_fail "read $path" "$path" "$current"
+    # cat's own message goes to stderr: a read cut short must not print part of a secret in ours.
+    current=$(cat -- "$path") || io_fail "read $path" "$path" "cat failed"
     if [[ $current == "$content" && "$(stat -c %a -- "$path")" == "${mode#0}" ]]; then
       return 1
     fi

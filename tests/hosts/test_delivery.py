@@ -298,3 +298,29 @@ def test_triggers_hash_the_inline_command(prod_plan):
         assert re.fullmatch(r"[0-9a-f]{16}", trigger)
         checked += 1
     assert checked > 50
+
+
+def test_a_full_script_store_is_named_as_full_not_as_a_missing_program(prod_plan, tmp_path):
+    """The host's script store on a full file system (a 64 KiB tmpfs filled, in a mount namespace of its own):
+    the runner says the store is full (ENOSPC), not that the program is missing, and nothing runs."""
+    if not shutil.which("unshare"):
+        pytest.fail("unshare is missing: install util-linux")
+    host = ScratchHost(tmp_path)
+    store = host.root / "var/lib/ml-platform/scripts"
+    store.mkdir(parents=True)
+    cmd = prod_plan.named("cpu-04-prepare")["inputs"]["create"]
+    script = tmp_path / "step.sh"
+    script.write_text(cmd)
+    fill = f"mount -t tmpfs -o size=64k tmpfs {store} && "
+    fill += f"(dd if=/dev/zero of={store}/x bs=4k count=64 2>/dev/null; true)"
+    env = {"PATH": f"{host.bin}:/usr/bin:/bin", "HOME": str(host.home), "HOST_ROOT": str(host.root)}
+    env["RECORD"] = str(host.record)
+    result = subprocess.run(
+        ["unshare", "-rm", "/bin/bash", "-c", f"{fill} && /bin/bash {script}"], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 1, result.stderr
+    assert (
+        f"error: host script prepare-host.sh (sha256 {program_digest('prepare-host.sh')}): {store} is full (ENOSPC"
+        in (result.stderr)
+    )
+    assert "is not on this host" not in result.stderr and host.runs() == []
