@@ -131,3 +131,20 @@ def test_a_plain_agent_readdressed_names_nothing_left_behind():
         node(raw, "cpu-30")["address"] = "10.20.0.95"
 
     assert not [line for line in danger(mutate) if "re-addressed" in line]
+
+
+@pytest.mark.parametrize("name", ["cpu-01", "cpu-20", "gpu-01"])
+def test_minio_endpoint_on_a_cluster_node_is_refused(name):
+    def mutate(raw):
+        raw["storage"]["minio"]["endpoint"] = node(raw, name)["address"]
+
+    found = [p for p in problems("prod", mutate) if p.startswith("storage.minio.endpoint")]
+    assert found and f"node {name}'s address" in found[0] and "NAS" in found[0], problems("prod", mutate)
+
+
+def test_the_api_endpoint_on_a_nas_host_is_refused():
+    def mutate(raw):
+        raw["cluster"]["apiEndpoint"] = raw["nas"]["hosts"][0]["address"]
+
+    found = [p for p in problems("prod", mutate) if p.startswith("cluster.apiEndpoint")]
+    assert any("NAS host" in p for p in found), problems("prod", mutate)

@@ -100,7 +100,28 @@ def _host_key_problems(s: Settings, add) -> None:
             seen[material] = path
 
 
+def _endpoint_problems(s: Settings, add) -> None:
+    """An address that must reach one kind of machine names another: MinIO's endpoint on a cluster node (the backups
+    would go into the cluster they must survive), the API endpoint on a NAS host."""
+    nodes = {n.address: n.name for n in s.nodes}
+    nas = {h.address: h.name for h in s.nas.hosts}
+    endpoint = s.storage.minio.endpoint
+    if endpoint in nodes:
+        add(
+            f"storage.minio.endpoint: {endpoint} is node {nodes[endpoint]}'s address; MinIO runs on the NAS hosts, "
+            "outside the cluster (backups must survive its loss): give the NAS hosts' DNS name or VIP, or unset it "
+            "(the first NAS host)"
+        )
+    api = s.cluster.api_endpoint
+    if api in nas:
+        add(
+            f"cluster.apiEndpoint: {api} is NAS host {nas[api]}'s address; the API endpoint is a server's virtual IP "
+            "or a load balancer in front of the servers: give that address"
+        )
+
+
 RULES = (
+    rule(_endpoint_problems, "endpoints name the right kind of machine", "storage cluster nodes nas"),
     rule(
         _device_problems,
         "device lists name whole disks (no partition, LVM volume or UUID), NVMe for tier 1",
