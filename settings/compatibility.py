@@ -91,3 +91,31 @@ def install_methods(family: str) -> tuple[str, ...]:
 # registries.yaml `mirrors` are keyed by the registry's host name (and port), or `*` for every registry: containerd
 # matches the name an image reference starts with (https://docs.rke2.io/install/private_registry, Mirrors).
 MIRROR_KEY_SOURCE = "https://docs.rke2.io/install/private_registry (Mirrors: keyed by registry name, e.g. docker.io)"
+
+
+@dataclass(frozen=True)
+class IpoibModes:
+    """The IPoIB modes the HCAs that run an InfiniBand speed offer by default."""
+
+    speed: str
+    hca: str
+    modes: tuple[str, ...]
+    source: str
+
+
+_ENHANCED = (
+    "https://docs.redhat.com/en/documentation/red_hat_enterprise_linux/9/html/configuring_infiniband_and_rdma_networks/"
+    "configuring-ipoib_configuring-infiniband-and-rdma-networks (ConnectX-4 and later use Enhanced IPoIB: datagram "
+    "only, connected mode not supported); NVIDIA MLNX_OFED documentation, IP over InfiniBand (Enhanced IPoIB on "
+    "ConnectX-4 and above)"
+)
+IPOIB_MODES: tuple[IpoibModes, ...] = (
+    IpoibModes("EDR", "ConnectX-4 or later", ("datagram",), _ENHANCED),
+    IpoibModes("HDR", "ConnectX-6 or later", ("datagram",), _ENHANCED),
+    IpoibModes("NDR", "ConnectX-7 or later", ("datagram",), _ENHANCED),
+    IpoibModes("XDR", "ConnectX-8", ("datagram",), _ENHANCED),
+)
+
+
+def ipoib_modes(speed: str) -> IpoibModes | None:
+    return next((row for row in IPOIB_MODES if row.speed == speed), None)

@@ -78,7 +78,7 @@ def lines() -> list[str]:
 def data_tables() -> list[str]:
     """docs/settings.md's hardware and compatibility tables (settings/hardware.py, settings/compatibility.py): what
     floors, thresholds and versions are bounded by, each row with its source."""
-    from settings.compatibility import CHART_COMPONENTS, CUDA_DRIVERS, OS_INSTALL
+    from settings.compatibility import CHART_COMPONENTS, CUDA_DRIVERS, IPOIB_MODES, OS_INSTALL
     from settings.hardware import GPU_MODELS, IB_GENERATIONS, IB_SOURCE, IB_WIDTHS
 
     def temperature(value) -> str:
@@ -120,6 +120,10 @@ def data_tables() -> list[str]:
         "| OS family | RKE2 install methods | source |",
         "|---|---|---|",
         *(f"| {o.family} | {', '.join(o.methods)} | {cell(o.source)} |" for o in OS_INSTALL),
+        "",
+        "| InfiniBand speed | HCAs | IPoIB modes | source |",
+        "|---|---|---|---|",
+        *(f"| {m.speed} | {m.hca} | {', '.join(m.modes)} | {cell(m.source)} |" for m in IPOIB_MODES),
     ]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from settings.compatibility import CHART_COMPONENTS, CUDA_DRIVERS, OS_INSTALL
+from settings.compatibility import CHART_COMPONENTS, CUDA_DRIVERS, IPOIB_MODES, OS_INSTALL
 from tests.conftest import node_index, problems, stack_doc
 
 PYTORCH_CUDA12 = "docker.io/pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
@@ -41,7 +41,7 @@ def refused(mutate, stack: str, field: str, *fragments: str) -> str:
 
 
 def test_every_row_cites_its_upstream_source():
-    rows = [*CUDA_DRIVERS, *CHART_COMPONENTS, *OS_INSTALL]
+    rows = [*CUDA_DRIVERS, *CHART_COMPONENTS, *OS_INSTALL, *IPOIB_MODES]
     assert rows and all(row.source.startswith(("https://", "Mellanox/", "NVIDIA/")) for row in rows)
 
 
@@ -224,7 +224,7 @@ def test_the_settings_reference_shows_the_hardware_and_compatibility_tables_with
 
     text = docs.settings_reference()
     assert "## Hardware table" in text and "## Compatibility table" in text
-    for row in [*GPU_MODELS, *CUDA_DRIVERS, *CHART_COMPONENTS, *OS_INSTALL]:
+    for row in [*GPU_MODELS, *CUDA_DRIVERS, *CHART_COMPONENTS, *OS_INSTALL, *IPOIB_MODES]:
         assert row.source in text
 
 
@@ -277,3 +277,22 @@ def test_the_upgrade_wait_covers_the_longest_closed_stretch_of_a_window(wait, ok
     assert (found == []) is ok, found
     if found:
         assert "5 days, 18:00:00" in found[0] and "gpu pool" in found[0]
+
+
+@pytest.mark.parametrize("speed", ["EDR", "HDR", "NDR"])
+def test_connected_ipoib_on_hcas_that_run_enhanced_ipoib_is_refused(speed):
+    def mutate(raw):
+        raw["network"].setdefault("infiniband", {}).update(mode="connected")
+        raw.setdefault("acceptance", {}).setdefault("nccl", {}).update(ibGeneration=speed)
+        raw.setdefault("monitoring", {}).setdefault("thresholds", {})["ibMinRateGbps"] = 50
+
+    refused(mutate, "prod", "network.infiniband.mode", speed, "use 'datagram'")
+
+
+def test_connected_ipoib_on_an_fdr_fabric_is_accepted():
+    def mutate(raw):
+        raw["network"].setdefault("infiniband", {}).update(mode="connected")
+        raw.setdefault("acceptance", {}).setdefault("nccl", {}).update(ibGeneration="FDR")
+        raw.setdefault("monitoring", {}).setdefault("thresholds", {})["ibMinRateGbps"] = 50
+
+    assert problems("prod", mutate) == []

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from settings.compatibility import MIRROR_KEY_SOURCE, chart_component, install_methods, min_driver
+from settings.compatibility import MIRROR_KEY_SOURCE, chart_component, install_methods, ipoib_modes, min_driver
 from settings.quantities import IMAGE_ORDER, ordered_by
 from settings.rules.base import rule
 
@@ -115,7 +115,19 @@ def _mirror_problems(s: Settings, add) -> None:
         )
 
 
+def _ipoib_mode_problems(s: Settings, add) -> None:
+    speed, mode = s.acceptance.nccl.ib_generation, s.network.infiniband.mode
+    row = ipoib_modes(speed)
+    if s.gpu_nodes and row is not None and mode not in row.modes:
+        add(
+            f"network.infiniband.mode: {mode!r} is not offered by the {speed} HCAs ({row.hca}, from "
+            f"acceptance.nccl.ibGeneration), which run Enhanced IPoIB: {', '.join(row.modes)} only ({row.source}); "
+            "use 'datagram' (MTU up to 4092)"
+        )
+
+
 RULES = (
+    rule(_ipoib_mode_problems, "the IPoIB mode against the fabric's HCAs", "network acceptance nodes"),
     rule(_cuda_problems, "the GPU driver against the CUDA the images need", "*"),
     rule(_doca_problems, "the DOCA driver against the Network Operator release", "network charts nodes"),
     rule(_install_problems, "the RKE2 install method against the OS family", "cluster"),
