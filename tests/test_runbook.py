@@ -68,8 +68,11 @@ def test_adding_a_node_only_adds_that_nodes_steps():
         grown = as_doc(plan_with("lab", {"nodes": [*stack_doc("lab")["nodes"], node]}))
         result = diff(base, grown)
         assert not result["removed"], (node["name"], result)
-        # Nothing else changes but the monitoring check, which runs again to see the new host's data.
-        assert [urn.rsplit("::", 1)[1] for urn in result["changed"]] == ["acceptance-monitoring"], result
+        # Nothing else changes but the monitoring check, which runs again to see the new host's data, the group's
+        # Zabbix host set (and its claim) the host joins and, for a GPU node, the group's NVLink driver.
+        aggregates = ["acceptance-monitoring", "monitoring-hosts-nodes", "monitoring-hosts-nodes-claim"]
+        aggregates += ["acceptance-nccl-nvlink-nodes"] if "gpu" in node else []
+        assert sorted(urn.rsplit("::", 1)[1] for urn in result["changed"]) == sorted(aggregates), result
         added = {urn.rsplit("::", 1)[1] for urn in result["added"]}
         assert {f"{node['name']}-{step}" for step in ("prepare", "rke2", "membership")} <= added
         # A second InfiniBand GPU node makes the two-node NCCL check possible: it is added with it, and the
