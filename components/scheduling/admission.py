@@ -22,11 +22,11 @@ from components.scheduling.surface import (
     CRD_SPEC,
     DEFAULTED,
     EXTRA_ENV,
-    EXTRA_METADATA,
     HARMLESS,
     INJECTED_CONTAINERS,
     JOB_SPEC,
     METADATA_ONLY,
+    METADATA_PATHS,
     NEWER_POD_SPEC,
     PARTIAL_POD_SPECS,
     POD_SPEC,
@@ -176,10 +176,8 @@ def surface_validations(team: Team, networks: Sequence[str] = ()) -> list[dict[s
             for rule, check in pod_spec_rules(fields).items():
                 per_rule.setdefault(rule, []).append(holds_at("object", path, check))
             if path != "spec":
-                meta = _template_metadata(path)
-                per_rule.setdefault("controller-key", []).append(holds_at("object", meta, _metadata_ok))
                 per_rule.setdefault("team-network", []).append(
-                    holds_at("object", meta, lambda m: networks_ok(m, team, networks))
+                    holds_at("object", _template_metadata(path), lambda m: networks_ok(m, team, networks))
                 )
         for path in INJECTED_CONTAINERS.get(kind, []):
             per_rule.setdefault("runtime-env", []).append(
@@ -187,7 +185,7 @@ def surface_validations(team: Team, networks: Sequence[str] = ()) -> list[dict[s
             )
         for path in EXTRA_ENV.get(kind, []):
             per_rule.setdefault("runtime-env", []).append(holds_at("object", path, _env_ok))
-        for path in ["metadata", *EXTRA_METADATA.get(kind, [])]:
+        for path in METADATA_PATHS[kind]:
             per_rule.setdefault("controller-key", []).append(holds_at("object", path, _metadata_ok))
         for path in ANNOTATION_MAPS.get(kind, []):
             per_rule.setdefault("controller-key", []).append(

@@ -20,12 +20,12 @@ GPU flavor when the cpu flavor is full.) GPU pods carry the toleration anyway (D
 
 Per team: namespaces (Pod Security `baseline` for RDMA teams, `restricted` otherwise; team label,
 Kueue-managed label), a LocalQueue `default` in each, a Role with RoleBindings for the team's
-identity-provider groups (and, on sites without OIDC, its CI ServiceAccount), a LimitRange (default
-requests only, so no pod escapes Kueue's accounting with zero requests and a pod that sets only requests
-is admitted), an object-count ResourceQuota (no compute quota: Kueue is the only quota owner) and an
-admission policy limiting the priority its workloads may ask for (Kueue's priority-class label, and no
-pod PriorityClass at all). No credential is made here: the CI ServiceAccount's token is created by the
-team's own stack of the `teams/` program (docs/teams.md), so this stack holds no team secret.
+identity-provider groups (and, on sites without OIDC, its CI ServiceAccount), a LimitRange (ephemeral
+storage only, `tenancy.limit_range`), the ResourceQuotas `objects` (counts) and `compute` (the backstop at the
+team's Kueue ceiling, `tenancy.compute_quota`), and admission policies: priority, workload owners, resources,
+and what the team may set at all (`<team>-tenant-surface` and `<team>-pod-devices`, generated from the
+classification in `surface.py` by `admission.py`). No credential is made here: the CI ServiceAccount's token
+is created by the team's own stack of the `teams/` program (docs/teams.md), so this stack holds no team secret.
 
 
 """

@@ -12,6 +12,17 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
+from components.scheduling.paths import (  # noqa: F401 (part of the classification's data)
+    ANNOTATION_MAPS,
+    EXTRA_ENV,
+    INJECTED_CONTAINERS,
+    METADATA_ONLY,
+    METADATA_PATHS,
+    PARTIAL_POD_SPECS,
+    POD_SPECS,
+    RAY_CLUSTER_SPECS,
+)
+
 
 class Verdict(NamedTuple):
     verdict: str  # "allowed", "constrained" or "refused"
@@ -264,7 +275,7 @@ CRD_SPEC = {
         "entrypointResources": A,
         "jobId": A,
         "managedBy": refused("managed-by"),
-        "metadata": constrained("controller-key"),
+        "metadata": A,  # Ray's job metadata (strings the Ray job carries), not Kubernetes labels
         "preRunningDeadlineSeconds": A,
         "rayClusterSpec": constrained("no-ingress"),  # judged as a RayCluster's spec
         "runtimeEnvYAML": A,
@@ -313,50 +324,6 @@ RAY_AUTOSCALER = {
     "volumeMounts": A,
 }
 
-# Where each kind holds a pod spec (`[]`: every item). Complete pod specs first; a TrainJob's runtime patch holds a
-# subset of one (its other fields come from the platform's runtime). The test walks the CRDs for every object with
-# `containers` and compares.
-POD_SPECS = {
-    "pods": ["spec"],
-    "jobs": ["spec.template.spec"],
-    "cronjobs": ["spec.jobTemplate.spec.template.spec"],
-    "jobsets": ["spec.replicatedJobs[].template.spec.template.spec"],
-    "rayclusters": ["spec.headGroupSpec.template.spec", "spec.workerGroupSpecs[].template.spec"],
-    "rayjobs": [
-        "spec.rayClusterSpec.headGroupSpec.template.spec",
-        "spec.rayClusterSpec.workerGroupSpecs[].template.spec",
-        "spec.submitterPodTemplate.spec",
-    ],
-    "trainjobs": [
-        "spec.runtimePatches[].trainingRuntimeSpec.template.spec.replicatedJobs[].template.spec.template.spec"
-    ],
-}
-# Pod specs that hold only some fields (the schema's own list; the rest come from the platform's runtime).
-PARTIAL_POD_SPECS = {
-    POD_SPECS["trainjobs"][0]: [
-        "affinity", "containers", "imagePullSecrets", "initContainers", "nodeSelector", "schedulingGates",
-        "securityContext", "serviceAccountName", "terminationGracePeriodSeconds", "tolerations", "volumes",
-    ]
-}  # fmt: skip
-# Containers an operator builds from fields outside a pod template: their path, and the field that makes the operator
-# add them, `== true` when it is a switch (KubeRay v1.7.0: the autoscaler with in-tree autoscaling, the history
-# server's collector sidecar).
-INJECTED_CONTAINERS = {
-    kind: {f"{spec}.autoscalerOptions": f"{spec}.enableInTreeAutoscaling == true",
-           f"{spec}.historyServerOptions.collectorOptions": f"{spec}.historyServerOptions"}
-    for kind, spec in (("rayclusters", "spec"), ("rayjobs", "spec.rayClusterSpec"))
-}  # fmt: skip
-EXTRA_ENV = {"trainjobs": ["spec.trainer.env", "spec.initializer.dataset.env", "spec.initializer.model.env"]}
-# Where each kind holds metadata an operator copies onto objects it creates (besides the object's own).
-EXTRA_METADATA = {"rayjobs": ["spec.metadata"]}
-# Annotation maps an operator puts on objects it creates (KubeRay: the head Service), and the other kinds a team
-# writes whose own labels and annotations are judged.
-ANNOTATION_MAPS = {
-    "rayclusters": ["spec.headServiceAnnotations"],
-    "rayjobs": ["spec.rayClusterSpec.headServiceAnnotations"],
-}
-METADATA_ONLY = ["services", "configmaps", "secrets"]
-RAY_CLUSTER_SPECS = {"rayclusters": "spec", "rayjobs": "spec.rayClusterSpec"}
 
 # ---------------------------------------------------------------------------------------------
 # Keys controllers act on (labels and annotations), environment variables runtimes read

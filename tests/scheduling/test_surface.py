@@ -149,6 +149,13 @@ def test_a_refused_field_the_crd_defaults_may_keep_its_default(kind):
     assert defaults == surface.DEFAULTED.get(kind, {}), kind
 
 
+@pytest.mark.parametrize("kind", sorted(CRDS))
+def test_every_metadata_a_crd_holds_is_judged(kind):
+    """Labels and annotations anywhere in the kind (pod templates, Job and Service templates, claim templates)."""
+    found = _walk(crd(kind), _has("annotations", "labels"))
+    assert sorted(found) == sorted(p for p in surface.METADATA_PATHS[kind] if p != "metadata"), kind
+
+
 def test_ray_fields_kuberay_turns_into_objects_are_classified():
     spec = _at(crd("rayclusters"), "spec")
     assert set(_at(spec, "headGroupSpec")["properties"]) == set(surface.RAY_HEAD_GROUP)

@@ -436,6 +436,11 @@ def test_controller_keys_on_services_and_operator_annotation_maps(prod_plan):
     assert "controller-key" in rules(judge(prod_plan, service, "services"))
     head = raycluster(headServiceAnnotations={"service.cilium.io/shared": "true"})
     assert "controller-key" in rules(judge(prod_plan, head, "rayclusters", "ray.io"))
+    service_template = raycluster()
+    service_template["spec"]["headGroupSpec"]["headService"] = {
+        "metadata": {"annotations": {"service.cilium.io/global": "true"}}
+    }
+    assert "controller-key" in rules(judge(prod_plan, service_template, "rayclusters", "ray.io"))
     plain = raycluster(headServiceAnnotations={"example.com/owner": "me"})
     assert judge(prod_plan, plain, "rayclusters", "ray.io") == []
 
