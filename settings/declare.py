@@ -56,8 +56,9 @@ Kind = Literal[
     "none", "re-render", "restart", "replace", "destroys-on-decrease", "restricts", "rebuilds-cluster", "refused"
 ]
 # How a restricting field narrows (`restricts(..., narrows=...)`): `decrease` (a list loses items, a switch goes off, a
-# number or quantity goes down), `increase` (the reverse), `any` (every change narrows for someone: a prefix), or an
-# order of values from widest to narrowest (`baseline<restricted`).
+# number or quantity goes down), `increase` (the reverse), `any` (every change narrows for someone: a prefix), `limit`
+# (a limit set where there was none, or lowered), `allowlist` (an empty list allows all: a first entry narrows too),
+# or an order of values from widest to narrowest (`baseline<restricted`).
 Narrows = str
 
 

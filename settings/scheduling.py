@@ -36,6 +36,14 @@ def _groups_prefix(value: str) -> str:
     return value
 
 
+# A borrowing or lending limit set where there was none, or lowered: what the cohort may borrow shrinks.
+_LIMIT = (
+    "borrowing shrinks: a lower lending limit leaves the cohort less to borrow, a lower borrowing limit lets the team "
+    "borrow less; workloads running on borrowed quota above it may be preempted, and the namespaces' quota ceilings "
+    "(nominal plus borrowable) drop, refusing new pods above them"
+)
+
+
 class ResourceLimit(Model):
     """A borrowing or lending limit per resource; an unset resource has no limit."""
 
@@ -47,9 +55,9 @@ class ResourceLimit(Model):
     """memory quantity, e.g. `512Gi`"""
 
     CHANGES: ClassVar = {
-        "gpus": rerender("the ClusterQueue's limit"),
-        "cpu": rerender("the ClusterQueue's limit"),
-        "memory": rerender("the ClusterQueue's limit"),
+        "gpus": restricts(_LIMIT, narrows="limit"),
+        "cpu": restricts(_LIMIT, narrows="limit"),
+        "memory": restricts(_LIMIT, narrows="limit"),
     }
 
 
@@ -71,8 +79,8 @@ class FlavorQuota(Model):
         "gpus": destroys_on_decrease("admitted workloads above the new quota may be preempted (Kueue)"),
         "cpu": destroys_on_decrease("admitted workloads above the new quota may be preempted (Kueue)"),
         "memory": destroys_on_decrease("admitted workloads above the new quota may be preempted (Kueue)"),
-        "borrowing_limit": rerender("the ClusterQueue's borrowing limit"),
-        "lending_limit": rerender("the ClusterQueue's lending limit"),
+        "borrowing_limit": restricts(_LIMIT, narrows="limit"),
+        "lending_limit": restricts(_LIMIT, narrows="limit"),
     }
 
 
@@ -136,7 +144,10 @@ class Team(Model):
         "storage": destroys_on_decrease(
             "the namespaces' storage quota: new claims beyond it are refused (existing claims are kept)"
         ),
-        "ephemeral_storage": rerender("the namespaces' ResourceQuota and LimitRange"),
+        "ephemeral_storage": destroys_on_decrease(
+            "the namespaces' ResourceQuota: new pods beyond the lower ephemeral-storage quota are refused (running "
+            "pods stay)"
+        ),
         "ipoib_range": replaces(
             "the team's IPoIB pool and networks: attached pods keep their old addresses until restarted, new pods get "
             "the new range"

@@ -451,3 +451,39 @@ def test_a_backup_clone_made_smaller_than_before_is_named():
     lines = settings_lines(plan_of("prod", size("20Ti")), plan_of("prod", size("500Gi")))
     assert any(".size" in line and "restoreSize" in line for line in lines), lines
     assert settings_lines(plan_of("prod", size("20Ti")), plan_of("prod", size("20480Gi"))) == []
+
+
+def _gpu_quota(raw: dict) -> dict:
+    return next(
+        q
+        for name, q in team(raw, stack_doc("prod")["scheduling"]["teams"][0]["name"])["quotas"].items()
+        if name != "cpu"
+    )
+
+
+# Day-2 edits, each judged twice: by what its fields declare and by what the plan does to each kind. Where the plan
+# has a Danger effect, some changed field must declare Danger in that direction (the settings never call harmless
+# what the plan shows to refuse work or take access); where no field declares Danger, the plan shows none.
+DAY2 = {
+    "ephemeral storage lowered": lambda raw: raw["scheduling"]["teams"][0].update(ephemeralStorage="100Gi"),
+    "lending limit lowered": lambda raw: _gpu_quota(raw).update(lendingLimit={"gpus": 8}),
+    "borrowing limit set": lambda raw: _gpu_quota(raw).update(borrowingLimit={"gpus": 0}),
+    "cpu quota halved": lambda raw: raw["scheduling"]["teams"][1]["quotas"]["cpu"].update(cpu=1),
+    "groups dropped": lambda raw: raw["scheduling"]["teams"][2].update(groups=[]),
+    "fair-sharing weight": lambda raw: raw["scheduling"]["teams"][0].update(fairSharingWeight=5),
+    "an alert threshold": lambda raw: raw["monitoring"]["thresholds"].update(gpuIdlePercent=50),
+    "a node label": lambda raw: raw["nodes"][30].update(labels={"example.com/rack": "r7"}),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(DAY2))
+def test_what_a_field_declares_agrees_with_what_the_plan_does(prod_base, edit):
+    from stacks.diff.declared import _speaks, settings_changes
+
+    head = json.loads(evaluate("prod", DAY2[edit]).to_json())
+    result = diff.compare(prod_base, head)
+    by_urn = {r["urn"]: r for r in prod_base["resources"]}
+    sides = diff.Sides(result.entries, by_urn, {r["urn"]: r for r in head["resources"]}, prod_base, head)
+    plan_danger = sorted({f"{kind} {action}" for kind, action, *_ in effects.plan_effects(sides)})
+    declared_danger = [c.path for c, semantics in settings_changes(sides) if _speaks(c, semantics)]
+    assert bool(plan_danger) == bool(declared_danger), (plan_danger, declared_danger)

@@ -81,6 +81,8 @@ def narrowed(change: ValueChange, semantics: Change, order: Optional[Ordered] = 
         return decreased(change, order)
     if way == "increase":
         return decreased(ValueChange(change.path, change.new, change.old), order)
+    if way == "limit":  # a limit set where there was none narrows as much as one lowered
+        return (_absent(change.old) and not _absent(change.new)) or decreased(change, order)
     if way == "allowlist":  # an empty list allows everything: a first entry narrows as much as one removed
         return (not change.old and bool(change.new)) or (bool(change.old) and decreased(change, order))
     levels = way.split("<")
