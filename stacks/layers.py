@@ -71,10 +71,14 @@ def scope_of(stack: str, settings: Settings) -> tuple[str, Scope]:
     for suffix, layer in (("-cluster", "cluster"), ("-platform", "platform")):
         if stack.endswith(suffix):
             return stack[: -len(suffix)], Scope(layer)
-    env, sep, group = stack.partition("-nodes-")
     groups = node_stack_groups(settings)
-    if sep and group in groups:
-        return env, Scope("nodes", group)
+    # The environment's name may hold `-nodes-` too: the group is what follows the last one that names a group.
+    at = stack.rfind("-nodes-")
+    while at > 0:
+        env, group = stack[:at], stack[at + len("-nodes-") :]
+        if group in groups:
+            return env, Scope("nodes", group)
+        at = stack.rfind("-nodes-", 0, at)
     raise SettingsError(
         [
             f"layout: 'layered' runs as the stacks <env>-cluster, <env>-nodes-<group> (groups: {', '.join(groups)}) "

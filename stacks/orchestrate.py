@@ -114,6 +114,7 @@ def main(
             raise ValueError("--groups: name at least one group")
         environment = Environment(args.env, work_dir, auto, config_input=config_input)
         orchestrator = Orchestrator(environment, stacks, out)
+        orchestrator.members = members(args.env, work_dir)
         if args.continue_on_error and args.action != "up":
             raise ValueError("--continue-on-error: only with up")
         orchestrator.continue_on_error = args.continue_on_error
@@ -148,6 +149,12 @@ def main(
         else:
             print(f"{args.env}: no such file: {exc.filename}", file=sys.stderr)
         return 2
+
+
+def members(env: str, work_dir: Path) -> dict[str, list[str]]:
+    """Group -> the agents the settings put in it (servers live in the cluster stack)."""
+    settings = stack_settings(env, work_dir / f"Pulumi.{env}.yaml")
+    return {group: [n.name for n in nodes if not n.control_plane] for group, nodes in settings.node_groups.items()}
 
 
 def layered_plans(env: str, plans: Optional[Path], work_dir: Path) -> dict[str, list[dict[str, Any]]]:

@@ -236,8 +236,10 @@ def build(settings: Settings, secrets: Secrets, scope: Scope = SINGLE, env: str 
             "rke2Token": pulumi.Output.secret(token),
         }
     if scope.layer == "nodes":
-        return {
+        return {  # what the orchestrator reads: the group is up to date (digest), whose it is, which nodes it holds
             layers.DIGEST_OUTPUT: layers.digest(upstream),
+            "environment": env,
+            "group": scope.group,
             "nodes": [n.name for n in settings.nodes if scope.holds_host(n)],
         }
     scheduling = SchedulingStack(

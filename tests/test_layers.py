@@ -62,7 +62,8 @@ def test_stacks_run_in_layers_with_a_stack_per_node_group(plans):
         group = name.removeprefix("fleet-nodes-")
         held = {r["name"].removesuffix("-prepare") for r in layered[name].resources if r["name"].endswith("-prepare")}
         assert held == {n.name for n in settings.node_groups[group] if not n.control_plane}
-        assert sorted(layered[name].outputs) == [layers.DIGEST_OUTPUT, "nodes"]
+        assert sorted(layered[name].outputs) == [layers.DIGEST_OUTPUT, "environment", "group", "nodes"]
+        assert (layered[name].outputs["environment"], layered[name].outputs["group"]) == ("fleet", group)
     # The servers' steps are the cluster stack's; the platform stack runs none on a node.
     cluster = {r["name"] for r in layered["fleet-cluster"].resources}
     assert {f"{n.name}-rke2" for n in settings.servers} <= cluster
@@ -143,6 +144,16 @@ def test_a_stack_name_outside_the_layout_is_refused():
             layers.scope_of(wrong, settings)
     single = load(inventory(NODES))
     assert layers.scope_of("fleet-cluster", single) == ("fleet-cluster", layers.Scope())
+    # An environment whose own name holds `-nodes-`: its group is what follows the last one.
+    assert layers.scope_of("eu-nodes-a-nodes-group-01", settings) == ("eu-nodes-a", layers.Scope("nodes", "group-01"))
+
+
+@pytest.mark.parametrize("group", ["cluster", "gpu-cluster", "platform", "row-platform", "nodes-a", "a-nodes-b"])
+def test_a_group_name_that_reads_as_another_stack_is_refused(group):
+    """`<env>-nodes-gpu-cluster` would read as the cluster stack of an environment `<env>-nodes-gpu`."""
+    raw = inventory(NODES, layout="layered")
+    raw["nodes"][10]["group"] = group
+    assert f"nodes[10].group: {group!r}" in _problems(raw)
 
 
 def _problems(raw: dict) -> str:

@@ -305,6 +305,72 @@ def test_a_retired_groups_stack_blocks_up_until_it_is_destroyed(fleet):
     assert orchestrator(fleet).run("up", 8).ok
 
 
+def test_another_environments_stacks_are_never_this_ones_retired_groups(fleet):
+    """`fleet-nodes-eu-cluster` and `fleet-nodes-eu-platform` are the stacks of an environment `fleet-nodes-eu`, not
+    a group `eu-cluster` of `fleet`: only a stack whose own outputs name this environment and group counts."""
+    other = standin.Fleet(f"{ENV}-nodes-eu", fleet.work_dir, CLUSTER)
+    for name in (f"{ENV}-nodes-eu-cluster", f"{ENV}-nodes-eu-platform"):
+        fleet.stacks[name] = standin.StackState(name, None, other.program(f"{ENV}-nodes-eu-cluster"))
+    lines: list[str] = []
+    assert orchestrator(fleet, lines).run("up", 8).ok
+    assert not [line for line in lines if "no longer declare" in line]
+    with pytest.raises(ValueError, match="retired groups: none"):
+        orchestrator(fleet).run("destroy", 8, groups=["eu-cluster"])
+    assert f"{ENV}-nodes-eu-cluster" in fleet.stacks
+
+
+def test_layered_stacks_do_not_run_beside_a_single_stack_that_still_holds_the_environment(fleet):
+    fleet.stacks[ENV] = standin.StackState(ENV, None)
+    fleet.stacks[ENV].resources = [
+        f"urn:pulumi:{ENV}::ml-platform::pulumi:pulumi:Stack::ml-platform-{ENV}",
+        f"urn:pulumi:{ENV}::ml-platform::random:index/randomPassword:RandomPassword::rke2-token",
+        f"urn:pulumi:{ENV}::ml-platform::command:remote:Command::cpu-01-rke2",
+    ]
+    with pytest.raises(ValueError, match=f"stack {ENV} still holds 2 resources of the single layout.*migrate"):
+        orchestrator(fleet).run("up", 8)
+    with pytest.raises(ValueError, match="still holds 2 resources"):
+        orchestrator(fleet).run_stack("up", f"{ENV}-cluster", 8)
+    assert fleet.runs == []  # nothing ran
+    fleet.stacks[ENV].resources = fleet.stacks[ENV].resources[:1]  # moved away: only its root is left
+    assert orchestrator(fleet).run("up", 8).ok
+
+
+URN_A = f"urn:pulumi:{ENV}-nodes-rack-a::ml-platform::command:remote:Command"
+
+
+def test_a_node_that_changes_group_is_refused_with_the_moves_that_take_it_along(fleet):
+    # cpu-11-b: a node whose name extends cpu-11's; its steps are its own, not cpu-11's.
+    fleet.members = {"rack-a": ["cpu-10", "cpu-11", "cpu-11-b"], "rack-b": ["cpu-20"]}
+    first = orchestrator(fleet)
+    first.members = dict(fleet.members)
+    assert first.run("up", 8).ok
+    moved = orchestrator(fleet)
+    moved.members = {"rack-a": ["cpu-10", "cpu-11-b"], "rack-b": ["cpu-20", "cpu-11"]}
+    with pytest.raises(ValueError, match="a node changes group") as refused:
+        moved.run("up", 8)
+    move = (
+        f"cpu-11 moves from {ENV}-nodes-rack-a to {ENV}-nodes-rack-b: pulumi state move --source {ENV}-nodes-rack-a "
+        f"--dest {ENV}-nodes-rack-b '{URN_A}::cpu-11-prepare' '{URN_A}::cpu-11-rke2'"
+    )
+    assert move in str(refused.value)
+    assert "cpu-10" not in str(refused.value) and "cpu-11-b" not in str(refused.value)
+    with pytest.raises(ValueError, match="a node changes group"):
+        moved.run_stack("up", f"{ENV}-nodes-rack-b", 8)
+    lines: list[str] = []
+    moved.out = lines.append
+    moved.run("preview", 8)
+    assert any(line.startswith("warning: a node changes group") for line in lines)
+
+
+def test_a_ci_job_for_one_stack_refuses_while_a_retired_group_still_holds_nodes(fleet):
+    more = [*SPECS[:-1], StackSpec(f"{ENV}-nodes-rack-e", "nodes", "rack-e"), SPECS[-1]]
+    Orchestrator(Environment(ENV, fleet.work_dir, fleet, config_input=fleet.config_input), more, lambda line: None).run(
+        "up", 8
+    )
+    with pytest.raises(ValueError, match=f"{ENV}-nodes-rack-e: the stack of a node group the settings no longer"):
+        orchestrator(fleet).run_stack("up", f"{ENV}-cluster", 8)
+
+
 # --- the zero-change check ---------------------------------------------------------------------------------------
 
 

@@ -142,7 +142,27 @@ def _topology_problems(s: Settings, add) -> None:
 MAX_GROUP_NODES = 128
 
 
+# A group's stack is `<env>-nodes-<group>`; the environment's others end in these. A group name that ends in one,
+# or holds `nodes-`, would make a stack name that reads as another stack (of this or another environment).
+STACK_SUFFIXES = ("cluster", "platform")
+
+
+def _group_name_problem(name: str) -> str:
+    if name in STACK_SUFFIXES or name.endswith(tuple(f"-{s}" for s in STACK_SUFFIXES)):
+        return "ends like the environment's cluster or platform stack"
+    if name.startswith("nodes-") or "-nodes-" in name:
+        return "holds `nodes-`, which separates an environment from its group in stack names"
+    return ""
+
+
 def _group_problems(s: Settings, add) -> None:
+    for i, node in enumerate(s.nodes):
+        why = _group_name_problem(node.group) if node.group else ""
+        if why:
+            add(
+                f"nodes[{i}].group: {node.group!r} {why} (its stack would be <env>-nodes-{node.group}); "
+                "name groups after racks or rows, e.g. 'rack-07'"
+            )
     groups = s.node_groups
     for name, members in groups.items():
         if len(members) > MAX_GROUP_NODES:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from stacks.layers import DIGEST_OUTPUT, NODE_INPUTS, StackSpec, digest_of
+from stacks.orchestration import guards
 from stacks.orchestration.workspace import Environment
 
 ACTIONS = ("preview", "up", "refresh", "destroy")
@@ -67,6 +68,7 @@ class Orchestrator:
         self._lock = threading.Lock()
         self._stacks: dict[str, Any] = {}
         self.allowed: set[str] = set()  # preview --check: URNs that may be created
+        self.members: dict[str, list[str]] = {}  # group -> its agents, by the settings (moved nodes are refused)
         # up: a failed step stops only what depends on it in its stack (one dead host in a group of 64)
         self.continue_on_error = False
 
@@ -211,16 +213,7 @@ class Orchestrator:
         report = Report(action)
         if action == "destroy":
             return self._destroy(report, parallel, chosen, False)
-        if retired:
-            names = ", ".join(s.name for s in retired)
-            message = (
-                f"{names}: the stack of a node group the settings no longer declare; its nodes are neither drained "
-                f"nor deleted until `python -m stacks.orchestrate destroy {self.environment.env} --groups "
-                f"{','.join(s.group for s in retired)}` (a renamed group: docs/runbook.md, section 24's moves)"
-            )
-            if action == "up":
-                raise ValueError(message)
-            self.say(f"warning: {message}")
+        self.refuse_unsafe(action, retired)
         (cluster,) = self.layer("cluster")
         report.results.append(self._op(cluster, action, parallel, check))
         if action == "up" and report.results[-1].status != "succeeded":
@@ -261,6 +254,8 @@ class Orchestrator:
                 f"--stack {name}: not a stack of {self.environment.env} ({', '.join(s.name for s in self.specs)})"
             )
         report = Report(action)
+        if action != "destroy":
+            self.refuse_unsafe(action, self.retired())
         if action == "up" and spec.layer == "platform":
             behind = {
                 n: f"{state}: {why}"
@@ -302,14 +297,33 @@ class Orchestrator:
         return self._finish(report)
 
     def retired(self) -> list[StackSpec]:
-        """The backend's node-group stacks of groups the settings no longer declare (their last nodes removed)."""
-        prefix = f"{self.environment.env}-nodes-"
-        known = {s.name for s in self.specs}
-        return [
-            StackSpec(name, "nodes", name.removeprefix(prefix))
-            for name in self.environment.existing()
-            if name.startswith(prefix) and name not in known
-        ]
+        """This environment's node-group stacks of groups the settings no longer declare (their last nodes
+        removed): `guards.retired`."""
+        return guards.retired(self.environment, self.specs, self.environment.existing())
+
+    def refuse_unsafe(self, action: str, retired: list[StackSpec]) -> None:
+        """`up` refuses (a preview or refresh warns) when running would break the environment (`guards`)."""
+        env = self.environment.env
+        problems = []
+        unmigrated = guards.unmigrated(self.environment)
+        if unmigrated:
+            problems.append(unmigrated)
+        if retired:
+            problems.append(
+                f"{', '.join(s.name for s in retired)}: the stack of a node group the settings no longer declare; its "
+                f"nodes are neither drained nor deleted until `python -m stacks.orchestrate destroy {env} --groups "
+                f"{','.join(s.group for s in retired)}` (a renamed group: docs/runbook.md, section 24's moves)"
+            )
+        moves = guards.moved_nodes(self.environment, self.specs, self.members, self.environment.existing())
+        if moves:
+            problems.append(
+                "a node changes group: its old group's stack would drain and uninstall it while the new one joins it. "
+                "Move its resources first:\n  " + "\n  ".join(moves)
+            )
+        if problems and action == "up":
+            raise ValueError("\n".join(problems))
+        for problem in problems:
+            self.say(f"warning: {problem}")
 
     def choose_retired(self, groups: Sequence[str], retired: list[StackSpec]) -> list[StackSpec]:
         """`destroy --groups`: only groups the settings no longer declare (a declared group's nodes leave by

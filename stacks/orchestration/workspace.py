@@ -155,6 +155,22 @@ class Environment:
         workspace = self.auto.LocalWorkspace(**vars(self.options()))
         return sorted(summary.name.rsplit("/", 1)[-1] for summary in workspace.list_stacks())
 
+    def outputs_of(self, name: str) -> dict[str, Any]:
+        """A stack's outputs (secret ones as the engine returns them to its owner)."""
+        workspace = self.auto.LocalWorkspace(**vars(self.options()))
+        return {key: value.value for key, value in workspace.stack_outputs(name).items()}
+
+    def urns_of(self, name: str) -> list[str]:
+        """The URNs a stack's state holds (`pulumi stack export`)."""
+        workspace = self.auto.LocalWorkspace(**vars(self.options()))
+        return [r["urn"] for r in (workspace.export_stack(name).deployment or {}).get("resources") or []]
+
+    def resources_in_own_stack(self) -> int:
+        """Resources in the stack named like the environment, its root aside (0: none, or no such stack)."""
+        if self.env not in self.existing():
+            return 0
+        return sum(1 for urn in self.urns_of(self.env) if "::pulumi:pulumi:Stack::" not in urn)
+
 
 def _cli_with_input(workspace: Any, args: list[str], value: str) -> None:
     """`pulumi ARGS --non-interactive` with `value` on standard input (the CLI reads a config value from there when

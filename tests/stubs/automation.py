@@ -39,6 +39,8 @@ LocalWorkspaceOptions = real.LocalWorkspaceOptions
 CommandError = real.CommandError
 OutputValue = real.OutputValue
 
+# A node's steps in a node-group stack's state, as the stand-in records them.
+STEPS = ("prepare", "rke2")
 CLUSTER_SECRETS = frozenset({"agentToken", "nodeKubeconfig", "kubeconfig", "rke2Token"})
 
 
@@ -64,6 +66,8 @@ class StackState:
     secrets_provider: Optional[str]
     outputs: dict[str, OutputValue] = field(default_factory=dict)
     history: list[real.UpdateSummary] = field(default_factory=list)
+    resources: list[str] = field(default_factory=list)
+    """URNs of its state (`pulumi stack export`): the root, and for a node group each node's steps."""
 
 
 class Fleet:
@@ -74,6 +78,7 @@ class Fleet:
         self.work_dir = Path(work_dir)
         self.cluster_outputs = dict(cluster_outputs)
         self.failing: set[str] = set()
+        self.members: dict[str, list[str]] = {}  # group -> the nodes its program holds (its `nodes` output)
         self.changes: dict[str, list[tuple[str, str, bool]]] = {}  # stack -> preview steps (op, type, custom)
         self.barrier: Optional[threading.Barrier] = None  # node-group runs meet here (proves they overlap)
         self.stacks: dict[str, StackState] = {}
@@ -153,9 +158,12 @@ class Fleet:
             if missing:
                 raise RuntimeError(f"error: {name}: {layers.CLUSTER_CONFIG}:{missing[0]} is not set")
             consumed = {k: _plain(own[f"{layers.CLUSTER_CONFIG}:{k}"]) for k in layers.NODE_INPUTS}
+            group = name.removeprefix(f"{self.env}-nodes-")
             return {
                 layers.DIGEST_OUTPUT: OutputValue(layers.digest_of(consumed), False),
-                "nodes": OutputValue([], False),
+                "nodes": OutputValue(list(self.members.get(group, [])), False),
+                "environment": OutputValue(self.env, False),
+                "group": OutputValue(group, False),
             }
         return {"apiEndpoint": OutputValue(cluster["apiEndpoint"], False)}
 
@@ -201,10 +209,17 @@ class Fleet:
                 run.result = "failed"
                 state.history.insert(0, _summary(action, "failed"))
                 raise CommandError(CommandResult("", str(exc), 255)) from exc
+            root = f"urn:pulumi:{name}::ml-platform::pulumi:pulumi:Stack::ml-platform-{name}"
             if action == "up":
                 state.outputs = outputs
+                held = outputs["nodes"].value if "nodes" in outputs else []
+                steps = [
+                    f"urn:pulumi:{name}::ml-platform::command:remote:Command::{n}-{s}" for n in held for s in STEPS
+                ]
+                state.resources = [root, *steps]
             if action == "destroy":
                 state.outputs = {}
+                state.resources = []
             run.result = "succeeded"
             summary = _summary(action, "succeeded")
             state.history.insert(0, summary)
@@ -299,6 +314,11 @@ class Workspace:
 
     def stack_outputs(self, stack_name: str) -> dict[str, OutputValue]:
         return dict(self.fleet.stacks[stack_name].outputs)
+
+    def export_stack(self, stack_name: str) -> real.Deployment:
+        _conform(real.LocalWorkspace.export_stack, None, stack_name)
+        resources = [{"urn": urn} for urn in self.fleet.stacks[stack_name].resources]
+        return real.Deployment(version=3, deployment={"resources": resources})
 
 
 class FakeStack:
