@@ -121,8 +121,9 @@ def replaces(what: str, data_lost: bool = False, by: str = "") -> Change:
     return Change("replace", what, data_lost=data_lost, worded_by=by)
 
 
-def destroys_on_decrease(what: str, by: str = "") -> Change:
-    return Change("destroys-on-decrease", what, worded_by=by)
+def destroys_on_decrease(what: str, by: str = "", empty_means_name: bool = False) -> Change:
+    """`empty_means_name`: an empty list stands for one entry named like the enclosing item (a team's namespaces)."""
+    return Change("destroys-on-decrease", what, worded_by=by, narrows="empty-is-name" if empty_means_name else "")
 
 
 def restricts(stops: str, narrows: Narrows = "decrease", by: str = "") -> Change:

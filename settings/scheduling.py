@@ -126,8 +126,9 @@ class Team(Model):
             by="releases",
         ),
         "namespaces": destroys_on_decrease(
-            "a namespace taken off the list leaves the team (role bindings, queue); the namespace itself is kept with "
-            "its objects (retainOnDelete)"
+            "a namespace taken off the list (an empty list is one named like the team) leaves the team (role "
+            "bindings, queue, quota, policies); the namespace itself is kept with its objects (retainOnDelete)",
+            empty_means_name=True,
         ),
         "groups": restricts("members of a group taken off lose the team's role in its namespaces (RoleBindings)"),
         "quotas": destroys_on_decrease("a flavor taken off: workloads admitted on it may be evicted"),

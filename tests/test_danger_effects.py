@@ -473,6 +473,12 @@ DAY2 = {
     "fair-sharing weight": lambda raw: raw["scheduling"]["teams"][0].update(fairSharingWeight=5),
     "an alert threshold": lambda raw: raw["monitoring"]["thresholds"].update(gpuIdlePercent=50),
     "a node label": lambda raw: raw["nodes"][30].update(labels={"example.com/rack": "r7"}),
+    "a team's default namespace renamed": lambda raw: raw["scheduling"]["teams"][1].update(namespaces=["vision-2"]),
+    "a team namespace added": lambda raw: raw["scheduling"]["teams"][1].update(namespaces=["vision", "vision-2"]),
+    "an alerting channel removed": lambda raw: raw["monitoring"]["alerting"]["channels"].pop(),
+    "the IPoIB network off": lambda raw: (
+        raw["network"]["infiniband"].setdefault("ipoibNetwork", {}).update(enabled=False)
+    ),
 }
 
 

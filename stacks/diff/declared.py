@@ -10,6 +10,7 @@ concerned), the field says so (`worded_by`) and its declared line is left out wh
 
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
 from pydantic import ValidationError
@@ -112,6 +113,10 @@ def field_changes(sides: Sides) -> list[ValueChange]:
 def _speaks(change: ValueChange, semantics: Change) -> bool:
     """Whether a declared change is Danger in this direction."""
     order = order_of(change.path)
+    if semantics.kind == "destroys-on-decrease" and semantics.narrows == "empty-is-name":
+        named = re.findall(r"\[name=([^\]]+)\]", change.path)
+        default = [named[-1]] if named else []
+        change = ValueChange(change.path, change.old or default, change.new or default)
     if semantics.kind == "destroys-on-decrease":
         return decreased(change, order)
     if semantics.kind == "restricts":
