@@ -137,7 +137,8 @@ def main(
         if args.stack:
             if groups or args.resume or args.action == "destroy":
                 raise ValueError("--stack: one stack's preview, up or refresh, without --groups or --resume")
-            return 0 if orchestrator.run_stack(args.action, args.stack, args.parallel).ok else 1
+            report = orchestrator.run_stack(args.action, args.stack, args.parallel, args.check, allowed)
+            return 0 if report.ok else 1
         report = orchestrator.run(args.action, args.parallel, groups, args.resume, args.check, allowed)
         return 0 if report.ok else 1
     except (SettingsError, ValueError, migration.MigrationError) as exc:

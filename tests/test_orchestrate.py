@@ -410,6 +410,17 @@ def test_node_groups_preview_only_once_the_cluster_stack_has_outputs(fleet):
     assert {r.status for r in again.results if r.layer == "nodes"} == {"succeeded"}
 
 
+def test_a_providers_new_configuration_is_no_change_to_a_deployed_resource():
+    """A node group's provider moved from the single stack takes the Node-patching kubeconfig: an update of the
+    provider alone; what it would do to a resource is that resource's own step."""
+    events = [
+        standin._pre_event("update", "urn:p", "pulumi:providers:kubernetes", True),
+        standin._pre_event("update", "urn:patch", "kubernetes:core/v1:NodePatch", True),
+        standin._pre_event("replace", "urn:job", "kubernetes:batch/v1:Job", True),
+    ]
+    assert changes_of(events) == [("update", "urn:patch"), ("replace", "urn:job")]
+
+
 def test_changes_of_reads_real_engine_events():
     events = [standin._pre_event("delete", "urn:a", "command:remote:Command", True), object()]
     assert changes_of(events) == [("delete", "urn:a")]
@@ -548,8 +559,12 @@ def test_migration_moves_every_resource_exactly_once(layered_env, plans, tmp_pat
     lines = script.splitlines()
     backup = lines.index(f"pulumi stack export --stack {ENV} --file {ENV}-single-backup.json")
     first_move = next(i for i, line in enumerate(lines) if line.startswith("pulumi state move"))
-    check = lines.index(f"python -m stacks.orchestrate preview {ENV} --check --expect-create {ENV}-layered-creates.txt")
-    assert backup < first_move < check
+    expect = f"--check --expect-create {ENV}-layered-creates.txt"
+    check = lines.index(f"python -m stacks.orchestrate preview {ENV} {expect}")
+    # The cluster stack checked, then brought up alone (moves carry no outputs; the groups join with them).
+    cluster_check = lines.index(f"python -m stacks.orchestrate preview {ENV} --stack {ENV}-cluster {expect}")
+    cluster_up = lines.index(f"python -m stacks.orchestrate up {ENV} --stack {ENV}-cluster")
+    assert backup < first_move < cluster_check < cluster_up < check
     # Created, not moved: what only the layered layout has (the Node-patching credential of the node groups).
     creates = lines[lines.index(f"cat > {ENV}-layered-creates.txt <<'EOF'") + 1 : lines.index("EOF")]
     assert sorted(creates) == sorted(

@@ -212,18 +212,27 @@ def script(migration: Migration, backup: str, back: bool = False) -> str:
             lines.append(f"pulumi state move --yes --source {q(env)} --dest {q(move.dest)} \\")
             lines += [f"  {q(u)} \\" for u in move.urns[:-1]] + [f"  {q(move.urns[-1])}"]
         creates = f"{env}-layered-creates.txt"
-        lines += ["", "# 4. Every layered stack must preview with no change to a deployed resource."]
+        cluster = f"{env}-cluster"
         expected = [f"urn:pulumi:{stack}::{key}" for stack, keys in migration.created.items() for key in sorted(keys)]
+        check = f"--check --expect-create {q(creates)}" if expected else "--check"
         if expected:
             lines += [
-                "#    What the layered stacks hold that the single stack never had: their first `up` creates it.",
+                "",
+                "# What the layered stacks hold that the single stack never had: their first `up` creates it.",
                 f"cat > {q(creates)} <<'EOF'",
                 *expected,
                 "EOF",
-                f"python -m stacks.orchestrate preview {q(env)} --check --expect-create {q(creates)}",
             ]
-        else:
-            lines.append(f"python -m stacks.orchestrate preview {q(env)} --check")
+        lines += [
+            "",
+            "# 4. The cluster stack first: no change to a deployed resource, then one `up` that records its outputs",
+            "#    (moves carry no stack outputs; the node groups join with them) and creates what only it has.",
+            f"python -m stacks.orchestrate preview {q(env)} --stack {q(cluster)} {check}",
+            f"python -m stacks.orchestrate up {q(env)} --stack {q(cluster)}",
+            "",
+            "# 5. Every layered stack must preview with no change to a deployed resource.",
+            f"python -m stacks.orchestrate preview {q(env)} {check}",
+        ]
     else:
         lines += [
             "# Back: every resource of each layered stack into the single stack (platform first). Before: no `up`",

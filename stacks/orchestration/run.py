@@ -245,7 +245,14 @@ class Orchestrator:
         report.results.append(self._op(platform, action, parallel, check))
         return self._finish(report)
 
-    def run_stack(self, action: str, name: str, parallel: int) -> Report:
+    def run_stack(
+        self,
+        action: str,
+        name: str,
+        parallel: int,
+        check: bool = False,
+        allowed: frozenset[str] | set[str] = frozenset(),
+    ) -> Report:
         """One stack of the environment (a CI job per stack): the platform's `up` refuses to run unless every
         node group is up to date, as in a whole run."""
         spec = next((s for s in self.specs if s.name == name), None)
@@ -269,7 +276,8 @@ class Orchestrator:
                 )
                 report.results.append(Result(name, "platform", None, "not run", note="held back"))
                 return self._finish(report)
-        report.results.append(self._op(spec, action, parallel))
+        self.allowed = set(allowed)
+        report.results.append(self._op(spec, action, parallel, check))
         return self._finish(report)
 
     def _destroy(self, report: Report, parallel: int, chosen: list[Any], only_groups: bool) -> Report:
@@ -376,7 +384,9 @@ class Orchestrator:
 def changes_of(events: Sequence[Any]) -> list[tuple[str, str]]:
     """The steps of a preview that change a deployed resource. Not counted: `same`; `read` (the stack
     reference a layered stack reads the cluster's outputs through); `create` of a component (no state outside
-    Pulumi's) or of a provider (a configuration, nothing deployed), which a stack makes for itself."""
+    Pulumi's); `create` or `update` of a provider (a configuration, nothing deployed: a node group's provider
+    moved from the single stack takes the Node-patching kubeconfig; what that does to a resource shows as that
+    resource's own step)."""
     found = []
     for event in events:
         pre = getattr(event, "resource_pre_event", None)
@@ -386,7 +396,9 @@ def changes_of(events: Sequence[Any]) -> list[tuple[str, str]]:
         op = getattr(step.op, "value", step.op)
         if op in ("same", "read"):
             continue
-        if op == "create" and (not step.new.custom or step.type.startswith("pulumi:providers:")):
+        if op == "create" and not step.new.custom:
+            continue
+        if op in ("create", "update") and step.type.startswith("pulumi:providers:"):
             continue
         found.append((op, step.urn))
     return found

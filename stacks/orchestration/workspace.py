@@ -166,10 +166,11 @@ class Environment:
         return [r["urn"] for r in (workspace.export_stack(name).deployment or {}).get("resources") or []]
 
     def resources_in_own_stack(self) -> int:
-        """Resources in the stack named like the environment, its root aside (0: none, or no such stack)."""
+        """Resources in the stack named like the environment, its root and providers aside (0: none, or no such
+        stack; after `migrate` it keeps just those)."""
         if self.env not in self.existing():
             return 0
-        return sum(1 for urn in self.urns_of(self.env) if "::pulumi:pulumi:Stack::" not in urn)
+        return sum(1 for urn in self.urns_of(self.env) if not _root_or_provider(urn))
 
 
 def _cli_with_input(workspace: Any, args: list[str], value: str) -> None:
@@ -188,3 +189,8 @@ def _cli_with_input(workspace: Any, args: list[str], value: str) -> None:
     )
     if done.returncode != 0:
         raise StackFileError(f"pulumi {' '.join(args[:2])} {args[-1]}: {done.stderr.strip() or done.returncode}")
+
+
+def _root_or_provider(urn: str) -> bool:
+    kind = urn.split("::")[2] if urn.count("::") >= 3 else ""
+    return kind.endswith("pulumi:pulumi:Stack") or kind.rsplit("$", 1)[-1].startswith("pulumi:providers:")
