@@ -1,11 +1,13 @@
 """The queue dashboards, as the 7.0 API stores them (built with the helpers of `dashboards.py`):
 
-- "ml-platform: queues" (the platform team): every ClusterQueue's pending and admitted workloads and
-  quota use, GPUs in use against nominal quota per queue, the cohort's borrowing, preemptions and
-  evictions by reason, every LocalQueue's oldest wait, and the open queue and idle-GPU problems;
-- "ml-platform: team queues" (the teams): a page per team with its ClusterQueue's state, its GPUs in
-  use against its quota, how long its queues' oldest workloads wait, the GPUs its pods hold idle, and
-  its own open problems.
+- "ml-platform: queues" (the on-call person): the queue and idle-GPU alerts; who waits, why and for how
+  long (one line per waiting workload: team, queue, GPUs, priority, Kueue's reason, its wait); every
+  ClusterQueue's quota use, oldest wait per LocalQueue and admission-wait p95, coloured by threshold;
+  GPUs in use, reserved and nominal quota per ClusterQueue on one axis; the pods holding GPUs idle;
+- "ml-platform: team queues" (the teams): a page per team with the same, for its own queue and pods.
+
+Each honeycomb shows one measure (its title), one cell per queue or pod labelled by that alone, the value
+as an integer with its unit, green, yellow or red by threshold; cells come in name order.
 
 Widgets name items by the names the Kueue templates give them (`templates/kueue*.yaml`)
 on the `<cluster>-kueue` host, and the idle-GPU items by the DCGM template's per-pod prototype on the
@@ -18,153 +20,218 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from components.monitoring.dashboards import GROUP, INT, STR, WIDTH, data_set, honeycomb, widget
+from components.monitoring.dashboards import GROUP, HOST, INT, STR, WIDTH, data_set, widget
 from settings.scheduling import Team
 
 QUEUES = "ml-platform: queues"
 TEAM_QUEUES = "ml-platform: team queues"
-_SUM, _AXIS_RIGHT = 5, 1  # svggraph aggregate_function sum; the right Y axis
+_SUM = 5  # svggraph aggregate_function sum
 _TAG_EXISTS, _TAG_EQUAL, _EVAL_OR = 4, 1, 2  # problems widget tag filter (7.0 TAG_OPERATOR_*, TAG_EVAL_TYPE_OR)
-_RED, _GREEN = "E45959", "59DB8F"
+_OPDATA_SEPARATELY = 1  # problems widget show_opdata
+_RED, _YELLOW, _GREEN = "E45959", "FFD54F", "59DB8F"
+_NOT_CLASSIFIED, _ALERT_SEVERITIES = 0, range(1, 6)
 
 
-def problems(name: str, x: int, y: int, width: int, height: int, tags: Sequence[tuple[str, Optional[str]]]) -> dict:
-    """Open problems with any of the tags ((tag, value), or (tag, None): the tag exists), all groups."""
-    fields: list[tuple[int, str, Any]] = [(INT, "evaltype", _EVAL_OR)]
+def problems(
+    name: str,
+    x: int,
+    y: int,
+    width: int,
+    height: int,
+    tags: Sequence[tuple[str, Optional[str]]],
+    severities: Sequence[int] = (),
+) -> dict:
+    """Open problems with any of the tags ((tag, value), or (tag, None): the tag exists), all groups, their
+    operational data in a column of its own; only `severities` when given."""
+    fields: list[tuple[int, str, Any]] = [(INT, "evaltype", _EVAL_OR), (INT, "show_opdata", _OPDATA_SEPARATELY)]
     for i, (tag, value) in enumerate(tags):
         fields += [
             (STR, f"tags.{i}.tag", tag),
             (INT, f"tags.{i}.operator", _TAG_EXISTS if value is None else _TAG_EQUAL),
         ]
         fields.append((STR, f"tags.{i}.value", value or ""))
+    fields += [(INT, f"severities.{i}", s) for i, s in enumerate(severities)]
     return widget("problems", name, x, y, width, height, fields)
 
 
-def idle_gpus(name: str, x: int, y: int, width: int, height: int, items: Sequence[str], idle_percent: int) -> dict:
-    """A cell per GPU a pod holds (the GPU nodes' per-pod utilisation items): red under `idle_percent`."""
-    fields: list[tuple[int, str, Any]] = [(GROUP, "groupids.0", "ml-platform/gpu-nodes")]
+def measure(
+    name: str,
+    x: int,
+    y: int,
+    width: int,
+    height: int,
+    items: Sequence[str],
+    label: str,
+    warn: float,
+    alarm: float,
+    hosts: Sequence[str] = (),
+    groups: Sequence[str] = (),
+) -> dict:
+    """A honeycomb of one measure: a cell per item, labelled `label` (a macro expression naming the queue or
+    pod) over the value as an integer with its unit; green under
+    `warn`, yellow from it, red from `alarm` (no yellow when they are equal)."""
+    fields: list[tuple[int, str, Any]] = [(GROUP, f"groupids.{i}", g) for i, g in enumerate(groups)]
+    fields += [(HOST, f"hostids.{i}", h) for i, h in enumerate(hosts)]
     fields += [(STR, f"items.{i}", pattern) for i, pattern in enumerate(items)]
-    fields.append((STR, "primary_label", "{HOST.NAME}\n{ITEM.NAME}"))
-    fields += [(STR, "thresholds.0.color", _RED), (STR, "thresholds.0.threshold", "0")]
-    fields += [(STR, "thresholds.1.color", _GREEN), (STR, "thresholds.1.threshold", str(idle_percent))]
+    fields += [(STR, "primary_label", label), (INT, "secondary_label_type", 1)]  # 1: the value
+    fields += [(INT, "secondary_label_decimal_places", 0)]
+    steps = [(_GREEN, 0), (_YELLOW, warn), (_RED, alarm)] if warn < alarm else [(_GREEN, 0), (_RED, alarm)]
+    for i, (color, at) in enumerate(steps):
+        fields += [(STR, f"thresholds.{i}.color", color), (STR, f"thresholds.{i}.threshold", f"{at:g}")]
     return widget("honeycomb", name, x, y, width, height, fields)
 
 
-def queues_dashboard(kueue_host: str, idle_percent: int) -> dict:
-    """The platform's view of every queue, the cohort's borrowing, preemptions and evictions."""
-    host = [kueue_host]
-    widgets = [
-        problems("Queue and idle-GPU problems", 0, 0, 36, 6, [("cluster_queue", None), ("namespace", None)]),
-        honeycomb(
-            "ClusterQueues: pending (active, inadmissible), admitted, quota in use",
-            36,
+def _queue_label(prefix: str) -> str:
+    """The part of an item name after `prefix` and before the colon: the queue's or pod's name."""
+    return '{{ITEM.NAME}.regsub("^' + prefix + ' ([^:]+):", "\\1")}'
+
+
+def _page(
+    host: list[str],
+    cq_items: str,
+    lq_items: Sequence[str],
+    pod_items: Sequence[str],
+    who: str,
+    alert_tags,
+    waiting_tags,
+    idle_percent: int,
+    pending_max_seconds: int,
+    churn: tuple[str, str, str],
+) -> list[dict]:
+    """The widgets of one page: alerts and who waits on top, then the measures, GPUs on one axis, idle pods."""
+    return [
+        problems(f"{who}: queue and idle-GPU alerts", 0, 0, 36, 6, alert_tags, _ALERT_SEVERITIES),
+        problems(
+            f"{who}: who waits, why (Kueue's reason) and for how long", 36, 0, 36, 6, waiting_tags, [_NOT_CLASSIFIED]
+        ),
+        measure(
+            "Quota in use per ClusterQueue (%, most used resource)",
             0,
-            36,
             6,
-            [
-                "ClusterQueue *: pending workloads (active)",
-                "ClusterQueue *: pending workloads (inadmissible)",
-                "ClusterQueue *: admitted active workloads",
-                "ClusterQueue *: quota in use",
-            ],
+            18,
+            5,
+            [f"ClusterQueue {cq_items}: quota in use"],
+            _queue_label("ClusterQueue"),
+            80,
+            100,
             hosts=host,
         ),
-        widget(
-            "svggraph",
-            "GPUs in use per ClusterQueue (nominal quota: right axis)",
-            0,
-            6,
-            36,
-            6,
-            data_set(0, host, ["ClusterQueue *: GPUs in use"])
-            + data_set(1, host, ["ClusterQueue *: GPU nominal quota"], axisy=_AXIS_RIGHT),
-        ),
-        widget(
-            "svggraph",
-            "Cohort borrowing: GPUs borrowed per ClusterQueue; the cohort's GPUs reserved and quota (right axis)",
-            36,
-            6,
-            36,
-            6,
-            data_set(0, host, ["ClusterQueue *: GPUs borrowed"])
-            + data_set(1, host, ["Cohort *: GPUs reserved", "Cohort *: GPU quota"], axisy=_AXIS_RIGHT),
-        ),
-        widget(
-            "svggraph",
-            "Preemptions and evictions by queue and reason (per 5 min)",
-            0,
-            12,
-            36,
-            6,
-            data_set(0, host, ["ClusterQueue *: preemptions (*)"], aggregate_function=_SUM, aggregate_interval="5m")
-            + data_set(1, host, ["ClusterQueue *: evictions (*)"], aggregate_function=_SUM, aggregate_interval="5m"),
-        ),
-        honeycomb(
+        measure(
             "Oldest pending workload wait per LocalQueue",
-            36,
-            12,
-            36,
+            18,
             6,
-            ["Queue *: oldest pending workload wait"],
+            18,
+            5,
+            [f"Queue {q}: oldest pending workload wait" for q in lq_items],
+            _queue_label("Queue"),
+            pending_max_seconds / 2,
+            pending_max_seconds,
             hosts=host,
         ),
-        idle_gpus("GPUs held by pods (red: idle)", 0, 18, WIDTH, 5, ["GPU * of pod *: utilization"], idle_percent),
+        measure(
+            "Admission wait p95 per ClusterQueue (last hour)",
+            36,
+            6,
+            18,
+            5,
+            [f"ClusterQueue {cq_items}: admission wait, p95"],
+            _queue_label("ClusterQueue"),
+            pending_max_seconds / 2,
+            pending_max_seconds,
+            hosts=host,
+        ),
+        measure(
+            "GPUs asked by pending workloads per ClusterQueue",
+            54,
+            6,
+            18,
+            5,
+            [f"ClusterQueue {cq_items}: GPUs asked by pending workloads"],
+            _queue_label("ClusterQueue"),
+            1,
+            16,
+            hosts=host,
+        ),
+        widget(
+            "svggraph",
+            "GPUs per ClusterQueue: in use, reserved and nominal quota (one axis)",
+            0,
+            11,
+            36,
+            6,
+            data_set(0, host, [f"ClusterQueue {cq_items}: GPUs in use"])
+            + data_set(1, host, [f"ClusterQueue {cq_items}: GPUs reserved"])
+            + data_set(2, host, [f"ClusterQueue {cq_items}: GPU nominal quota"]),
+        ),
+        widget(
+            "svggraph",
+            f"{churn[0]} (per 5 min)",
+            36,
+            11,
+            36,
+            6,
+            data_set(0, host, [churn[1]], aggregate_function=_SUM, aggregate_interval="5m")
+            + data_set(1, host, [churn[2]], aggregate_function=_SUM, aggregate_interval="5m"),
+        ),
+        measure(
+            f"Idle GPUs held per pod (under {idle_percent}% graphics/tensor activity now)",
+            0,
+            17,
+            WIDTH,
+            5,
+            pod_items,
+            _queue_label("Pod"),
+            1,
+            1,
+            groups=["ml-platform/gpu-nodes"],
+        ),
     ]
+
+
+def queues_dashboard(kueue_host: str, idle_percent: int, pending_max_seconds: int = 3600) -> dict:
+    """The on-call view of every queue, every waiting workload and every idle pod."""
+    widgets = _page(
+        [kueue_host],
+        "*",
+        ["*"],
+        ["Pod *: GPUs under * activity"],
+        "All teams",
+        [("cluster_queue", None), ("team", None), ("cohort", None), ("idle-gpu", None)],
+        [("waiting", None)],
+        idle_percent,
+        pending_max_seconds,
+        (
+            "Evictions and preemptions by queue and reason",
+            "ClusterQueue *: evictions (*)",
+            "ClusterQueue *: preemptions (*)",
+        ),
+    )
     return {"name": QUEUES, "display_period": 30, "auto_start": 1, "pages": [{"name": "Queues", "widgets": widgets}]}
 
 
-def team_queues_dashboard(teams: Sequence[Team], kueue_host: str, idle_percent: int) -> Optional[dict]:
-    """A page per team: its queue's state, GPUs against quota, waiting time, idle GPUs and problems."""
-    host = [kueue_host]
+def team_queues_dashboard(
+    teams: Sequence[Team], kueue_host: str, idle_percent: int, pending_max_seconds: int = 3600
+) -> Optional[dict]:
+    """A page per team: its alerts, its waiting workloads, its queue's measures and its idle pods."""
     pages = []
     for team in teams:
-        cq, namespaces = team.name, team.namespace_names
-        waits = [f"Queue {ns}/*: oldest pending workload wait" for ns in namespaces]
-        widgets = [
-            honeycomb(
-                f"ClusterQueue {cq}: pending, admitted, quota in use, GPUs borrowed",
-                0,
-                0,
-                36,
-                6,
-                [
-                    f"ClusterQueue {cq}: pending workloads (active)",
-                    f"ClusterQueue {cq}: pending workloads (inadmissible)",
-                    f"ClusterQueue {cq}: admitted active workloads",
-                    f"ClusterQueue {cq}: quota in use",
-                    f"ClusterQueue {cq}: GPUs borrowed",
-                ],
-                hosts=host,
+        namespaces = team.namespace_names
+        widgets = _page(
+            [kueue_host],
+            team.name,
+            [f"{ns}/*" for ns in namespaces],
+            [f"Pod {ns}/*: GPUs under * activity" for ns in namespaces],
+            f"Team {team.name}",
+            [("team", team.name), ("cluster_queue", team.name), *(("namespace", ns) for ns in namespaces)],
+            [("namespace", ns) for ns in namespaces],
+            idle_percent,
+            pending_max_seconds,
+            (
+                f"Admissions and evictions of {team.name}",
+                f"ClusterQueue {team.name}: admissions",
+                f"ClusterQueue {team.name}: evictions",
             ),
-            problems(
-                f"Problems of team {cq}",
-                36,
-                0,
-                36,
-                6,
-                [("cluster_queue", cq), *(("namespace", ns) for ns in namespaces)],
-            ),
-            widget(
-                "svggraph",
-                f"{cq}: GPUs in use and reserved against the nominal quota",
-                0,
-                6,
-                36,
-                6,
-                data_set(0, host, [f"ClusterQueue {cq}: GPUs in use", f"ClusterQueue {cq}: GPUs reserved"])
-                + data_set(1, host, [f"ClusterQueue {cq}: GPU nominal quota"]),
-            ),
-            widget("svggraph", f"{cq}: oldest pending workload wait per queue", 36, 6, 36, 6, data_set(0, host, waits)),
-            idle_gpus(
-                f"GPUs held by {cq}'s pods (red: under {idle_percent}%)",
-                0,
-                12,
-                WIDTH,
-                5,
-                [f"GPU * of pod {ns}/*: utilization" for ns in namespaces],
-                idle_percent,
-            ),
-        ]
+        )
         pages.append({"name": f"Team {team.name}", "widgets": widgets})
     if not pages:
         return None
