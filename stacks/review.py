@@ -114,7 +114,7 @@ def review_stack(stack: str, base: Side, head: Side, out: Path) -> StackReview:
     problem = plan(head, stack, head_json)
     if problem is not None:
         return StackReview(stack, False, f"the change breaks `{stack}`", "", problem)
-    note = ""
+    note, held = merge_layered(head_json, stack)
     if not (base.tree / f"Pulumi.{stack}.yaml").exists():
         base_json.write_text(empty_plan(stack))
         note = f"`Pulumi.{stack}.yaml` does not exist at {base.label}: the stack is new, compared with an empty plan"
@@ -122,6 +122,12 @@ def review_stack(stack: str, base: Side, head: Side, out: Path) -> StackReview:
         problem = plan(base, stack, base_json)
         if problem is not None:
             return StackReview(stack, True, f"no diff: the base {base.label} cannot be planned", "", problem)
+        base_note, base_held = merge_layered(base_json, stack)
+        note = "; ".join(n for n in (f"{base.label}: {base_note}" if base_note else "", note) if n)
+        held = held or base_held
+        if held:
+            within_stacks(base_json, held)
+            within_stacks(head_json, held)
     text_run = _stacks_plan(head.tree, "--diff", str(base_json), str(head_json))
     md_run = _stacks_plan(head.tree, "--diff", str(base_json), str(head_json), "--format", "markdown")
     if {text_run.returncode, md_run.returncode} - {0, REFUSED}:
@@ -137,6 +143,72 @@ def review_stack(stack: str, base: Side, head: Side, out: Path) -> StackReview:
     body = "\n".join(md.splitlines()[1:]).strip("\n")
     refused = text_run.returncode == REFUSED
     return StackReview(stack, not refused, headline, text, note, body, refused=refused)
+
+
+def merge_layered(path: Path, env: str) -> tuple[str, dict[str, str]]:
+    """A layered environment's plans (a folder, a plan per stack: `stacks.plan --out`) as one plan of `env` in
+    place of the folder, each URN with `env` as its stack: the same logical resources whichever stack holds them, so
+    a change compares resource by resource in either layout, and a switch of layout shows only what really
+    changes. What is shared (a component in every stack that creates children under it) is kept once. Returns a
+    note naming the stacks ("" for a single stack's plan) and the stack that holds each URN."""
+    if not path.is_dir():
+        return "", {}
+    resources: dict[str, dict] = {}
+    held: dict[str, str] = {}
+    outputs: dict = {}
+    stacks = []
+    for part in sorted(path.glob("*.json")):
+        text = part.read_text().replace(f"urn:pulumi:{part.stem}::", f"urn:pulumi:{env}::")
+        # The root's name holds the stack's: `ml-platform-<stack>`, the parent of every top-level resource.
+        text = text.replace(f'pulumi:pulumi:Stack::{PROJECT}-{part.stem}"', f'pulumi:pulumi:Stack::{PROJECT}-{env}"')
+        doc = json.loads(text)
+        stacks.append(f"{part.stem} ({len(doc['resources'])})")
+        for resource in doc["resources"]:
+            resources.setdefault(resource["urn"], resource)
+            held.setdefault(resource["urn"], part.stem)
+        if part.stem.endswith("-platform"):
+            outputs = doc.get("outputs", {})
+        merged = doc
+    folder = path.with_name(path.name + ".stacks")
+    path.rename(folder)
+    merged = {
+        **merged,
+        "stack": env,
+        "resources": sorted(resources.values(), key=lambda r: r["urn"]),
+        "outputs": outputs,
+    }
+    path.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
+    return f"layout: layered, compared as one ({', '.join(stacks)}; each stack's plan in {folder.name}/)", held
+
+
+# Secret inputs of a node group's resources that come from the cluster stack's outputs (the agents' join token on
+# the RKE2 step's stdin; the Node-patching kubeconfig): an offline preview knows them in neither layout (computed
+# in one stack, placeholders in the group's config), so their digests say nothing.
+FROM_CLUSTER = ("inputs.stdin", "inputs.kubeconfig")
+
+
+def within_stacks(path: Path, held: dict[str, str]) -> None:
+    """`path`'s plan with each resource's dependencies limited to those in its own layered stack (`held`): across
+    stacks the orchestrator's order stands in for them, which a comparison of layouts must not show as a change;
+    a node group's secrets from the cluster stack (FROM_CLUSTER) are not compared."""
+    plan = json.loads(path.read_text())
+    for resource in plan["resources"]:
+        own = held.get(resource["urn"])
+        if own is None:
+            continue
+        if "-nodes-" in own:
+            digests = resource.get("secretDigests", {})
+            resource["secretDigests"] = {k: v for k, v in digests.items() if k not in FROM_CLUSTER}
+
+        def same(urn: str, own: str = own) -> bool:
+            return held.get(urn, own) == own
+
+        resource["dependencies"] = [d for d in resource.get("dependencies", []) if same(d)]
+        if "propertyDependencies" in resource:
+            resource["propertyDependencies"] = {
+                k: [d for d in v if same(d)] for k, v in resource["propertyDependencies"].items()
+            }
+    path.write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
 
 
 def helm_rollouts(base_json: Path, head_json: Path) -> rollouts.Report:

@@ -14,6 +14,7 @@ from stacks import layers
 from stacks.engine import PROJECT, StackOutputs, evaluate_stack, load_stack_config, run
 from stacks.layered_plan import ORGANIZATION, evaluate_layered, node_config
 from stacks.layers import strip_stack
+from tests.conftest import ROOT
 
 # 100 generated nodes: 3 servers, 67 CPU agents in 3 racks, 30 GPU nodes in 8 racks: two node groups.
 NODES = 100
@@ -236,3 +237,35 @@ def test_a_node_added_changes_its_own_group_and_at_most_one_platform_aggregate(p
         platform = changed.get("fleet-platform", [])
         aggregates = {e.removesuffix("-claim") for e in platform}
         assert len(aggregates) <= 1 and all(e.startswith("update ") for e in platform), f"{kind}: {platform}"
+
+
+def test_the_review_of_a_switch_to_layered_shows_only_what_really_changes(tmp_path):
+    """`stacks.review` compares a layered environment as one plan (each URN under the environment's name): the
+    switch from single to layered creates the Node-patching credential and changes nothing else; the stacks'
+    own plans stay beside it for the CI's per-stack previews."""
+    import shutil
+
+    from stacks import review
+    from stacks.orchestration import ci
+
+    sides = {}
+    for label, layout in (("base", "single"), ("head", "layered")):
+        tree = tmp_path / label
+        shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns("venv", ".git", ".cache", "__pycache__", "*.json"))
+        (tree / "Pulumi.fleet.yaml").write_text(stack_file(inventory(30, layout=layout)))
+        sides[label] = review.Side(label, tree)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = review.review_stack("fleet", sides["base"], sides["head"], out)
+    assert result.ok, result.note
+    assert "layout: layered, compared as one (fleet-cluster" in result.note
+    created = sorted(line.split()[2] for line in result.diff.splitlines() if line.startswith("+ create "))
+    assert created == [
+        "cluster-node-labeller",
+        "cluster-node-labeller",
+        "cluster-node-labeller",
+        "cluster-node-labeller-token",
+    ]
+    assert result.summary.startswith("4 to create, 0 to update, 0 to replace, 0 to delete-before-replace, 0 to delete")
+    # The CI reads each stack's plan from the folder the review keeps.
+    assert {e["stack"] for e in ci.changed(out, ["fleet"])} >= {"fleet-cluster", "fleet-platform"}

@@ -46,9 +46,17 @@ def _read(path: Path) -> Optional[dict[str, Any]]:
     return {"resources": plan.get("resources"), "outputs": plan.get("outputs")}
 
 
+def _side(plans: Path, env: str, label: str) -> Path:
+    """`plan-<env>-<label>.json`, or for a layered environment the folder of its stacks' plans: `stacks.review`
+    keeps it beside the one plan it merges them into (`<name>.stacks/`)."""
+    path = plans / f"plan-{env}-{label}.json"
+    folder = path.with_name(path.name + ".stacks")
+    return folder if folder.is_dir() else path
+
+
 def _sides(plans: Path, env: str) -> dict[str, tuple[Optional[dict], Optional[dict]]]:
     """Stack -> (base plan, head plan) of `env`; None where that side has none."""
-    base, head = plans / f"plan-{env}-base.json", plans / f"plan-{env}-head.json"
+    base, head = _side(plans, env, "base"), _side(plans, env, "head")
     if head.is_file() or base.is_file() and not head.exists():
         return {env: (_read(base), _read(head))}
     stacks = {p.stem for side in (base, head) if side.is_dir() for p in side.glob("*.json")}
