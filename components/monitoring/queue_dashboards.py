@@ -100,14 +100,14 @@ def _page(
 ) -> list[dict]:
     """The widgets of one page: alerts and who waits on top, then the measures, GPUs on one axis, idle pods."""
     return [
-        problems(f"{who}: queue and idle-GPU alerts", 0, 0, 36, 6, alert_tags, _ALERT_SEVERITIES),
+        problems(f"{who}: queue and idle-GPU alerts", 0, 0, WIDTH, 5, alert_tags, _ALERT_SEVERITIES),
         problems(
-            f"{who}: who waits, why (Kueue's reason) and for how long", 36, 0, 36, 6, waiting_tags, [_NOT_CLASSIFIED]
+            f"{who}: who waits, why (Kueue's reason) and for how long", 0, 5, WIDTH, 6, waiting_tags, [_NOT_CLASSIFIED]
         ),
         measure(
-            "Quota in use per ClusterQueue (%, most used resource)",
+            "Quota in use (%)",
             0,
-            6,
+            11,
             18,
             5,
             [f"ClusterQueue {cq_items}: quota in use"],
@@ -117,9 +117,9 @@ def _page(
             hosts=host,
         ),
         measure(
-            "Oldest pending workload wait per LocalQueue",
+            "Oldest wait per LocalQueue",
             18,
-            6,
+            11,
             18,
             5,
             [f"Queue {q}: oldest pending workload wait" for q in lq_items],
@@ -129,9 +129,9 @@ def _page(
             hosts=host,
         ),
         measure(
-            "Admission wait p95 per ClusterQueue (last hour)",
+            "Admission wait p95, last hour",
             36,
-            6,
+            11,
             18,
             5,
             [f"ClusterQueue {cq_items}: admission wait, p95"],
@@ -141,9 +141,9 @@ def _page(
             hosts=host,
         ),
         measure(
-            "GPUs asked by pending workloads per ClusterQueue",
+            "GPUs asked, pending",
             54,
-            6,
+            11,
             18,
             5,
             [f"ClusterQueue {cq_items}: GPUs asked by pending workloads"],
@@ -154,9 +154,9 @@ def _page(
         ),
         widget(
             "svggraph",
-            "GPUs per ClusterQueue: in use, reserved and nominal quota (one axis)",
+            "GPUs: in use, reserved, nominal quota",
             0,
-            11,
+            16,
             36,
             6,
             data_set(0, host, [f"ClusterQueue {cq_items}: GPUs in use"])
@@ -167,16 +167,16 @@ def _page(
             "svggraph",
             f"{churn[0]} (per 5 min)",
             36,
-            11,
+            16,
             36,
             6,
             data_set(0, host, [churn[1]], aggregate_function=_SUM, aggregate_interval="5m")
             + data_set(1, host, [churn[2]], aggregate_function=_SUM, aggregate_interval="5m"),
         ),
         measure(
-            f"Idle GPUs held per pod (under {idle_percent}% graphics/tensor activity now)",
+            f"Idle GPUs per pod (activity under {idle_percent}%)",
             0,
-            17,
+            22,
             WIDTH,
             5,
             pod_items,

@@ -116,3 +116,21 @@ def test_bad_queue_thresholds_name_the_field():
     assert len(found) == 1 and found[0].startswith("monitoring.thresholds.gpuIdlePercent:"), found
     found = problems("prod", lambda raw: raw["monitoring"]["thresholds"].update({"queuePendingMaxMinutes": "soon"}))
     assert len(found) == 1 and found[0].startswith("monitoring.thresholds.queuePendingMaxMinutes:"), found
+
+
+def test_every_team_namespace_names_its_team_and_the_templates_name_its_queue():
+    """The idle-GPU and waiting-list problems name the team through {$TEAM:"<namespace>"} (global macros from
+    scheduling.teams) and the queue through {$LOCALQUEUE}, the LocalQueue the platform creates in each."""
+    from components.monitoring.config import global_macros, template_sources
+    from components.scheduling.config import LOCAL_QUEUE
+
+    settings = load(stack_doc("prod"))
+    teams = settings.scheduling.teams
+    macros = global_macros(settings.monitoring, "https://zabbix.example", teams)
+    expected = {f'{{$TEAM:"{ns}"}}': t.name for t in teams for ns in t.namespace_names}
+    assert {k: v for k, (v, _) in macros.items() if k.startswith("{$TEAM:")} == expected
+    assert len(expected) >= 4  # llm-train, llm-eval, research, vision
+    gpu = yaml.safe_load(template_sources()["gpu-dcgm"][1])["zabbix_export"]["templates"][0]
+    defaults = {m["macro"]: m["value"] for m in gpu["macros"]}
+    assert defaults["{$LOCALQUEUE}"] == LOCAL_QUEUE
+    assert "{$TEAM:" not in "".join(global_macros(settings.monitoring, "https://zabbix.example"))  # no teams, none
