@@ -69,9 +69,9 @@ def test_adding_a_node_only_adds_that_nodes_steps():
         result = diff(base, grown)
         assert not result["removed"], (node["name"], result)
         # Nothing else changes but the monitoring check, which runs again to see the new host's data, the group's
-        # Zabbix host set (and its claim) the host joins and, for a GPU node, the group's NVLink driver.
+        # Zabbix host set (and its claim) the host joins and, for a GPU node, the group's GPU and NVLink drivers.
         aggregates = ["acceptance-monitoring", "monitoring-hosts-nodes", "monitoring-hosts-nodes-claim"]
-        aggregates += ["acceptance-nccl-nvlink-nodes"] if "gpu" in node else []
+        aggregates += ["acceptance-gpu-nodes", "acceptance-nccl-nvlink-nodes"] if "gpu" in node else []
         assert sorted(urn.rsplit("::", 1)[1] for urn in result["changed"]) == sorted(aggregates), result
         added = {urn.rsplit("::", 1)[1] for urn in result["added"]}
         assert {f"{node['name']}-{step}" for step in ("prepare", "rke2", "membership")} <= added

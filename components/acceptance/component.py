@@ -44,7 +44,7 @@ import pulumi_kubernetes as k8s
 from components.acceptance.checks import GANG_PODS, gang_check, storage_check, zabbix_check
 from components.acceptance.drift import probe_environment
 from components.acceptance.drivers import Driven, dns_name, driver_pod_spec, driver_program, driver_rights
-from components.acceptance.gpu_checks import CHECK_LABEL, gpu_node_check, nccl_check
+from components.acceptance.gpu_checks import CHECK_LABEL, gpu_node_checks, nccl_check
 from components.acceptance.programs import Programs, with_program
 from components.hosts.remote import fingerprint
 from components.namespaces import platform_namespace
@@ -103,7 +103,7 @@ class AcceptanceChecksArgs:
     """The cluster-wide parts the checks exercise (releases, buckets, queues; not per-node steps, so
     adding a node does not touch every check): the checks start once they are all in place."""
     node_ready: Mapping[str, pulumi.Resource]
-    """Node -> what makes it a labelled, tainted member (its Node patch): its own check waits for it."""
+    """Node -> what makes it a labelled, tainted member (its Node patch): its group's GPU node check waits for it."""
     monitoring_ready: Sequence[pulumi.Resource]
     """Everything that registers the hosts in Zabbix: the monitoring check waits for all of it."""
 
@@ -139,12 +139,9 @@ class AcceptanceChecks(pulumi.ComponentResource):
         self.resource_name = name
         self._driver_rights: Optional[list[pulumi.Resource]] = None
         self.programs = Programs(name, self.home, pulumi.ResourceOptions(parent=self, provider=args.provider))
-        self.extra_deps: dict[str, list[pulumi.Resource]] = {
-            f"gpu-{node}": [ready] for node, ready in args.node_ready.items()
-        }
-        if settings.gpu_nodes.enabled:
-            for node in [n for n in args.nodes if n.gpu is not None]:
-                gpu_node_check(self, node)
+        self.extra_deps: dict[str, list[pulumi.Resource]] = {}
+        if settings.gpu_nodes.enabled and any(n.gpu is not None for n in args.nodes):
+            gpu_node_checks(self, [n for n in args.nodes if n.gpu is not None])
         if settings.nccl.enabled:
             nccl_check(self)
         if settings.storage.enabled:

@@ -56,14 +56,18 @@ class Driven:
     rendezvous: str = ""
     storage_class: str = ""
     """The local volumes' class: the driver skips the check when every one of them is claimed."""
-    each: tuple[tuple[str, int, tuple[tuple[str, str], ...]], ...] = ()
-    """(node, GPUs, the worker's environment there) for a check run on every node of a group in turn."""
+    each: tuple[tuple[str, int, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]], ...] = ()
+    """(node, GPUs, the worker's environment there, its other resource limits there) for a check run on every node
+    of a group in turn."""
     node_timeout: int = 0
     """With `each`: each node's own time, counted from when the driver admits its worker."""
 
 
 def each_tasks(driven: Driven) -> list[dict[str, Any]]:
-    return [{"node": node, "gpus": gpus, "env": dict(env)} for node, gpus, env in driven.each]
+    return [
+        {"node": node, "gpus": gpus, "env": dict(env), **({"limits": dict(limits)} if limits else {})}
+        for node, gpus, env, limits in driven.each
+    ]
 
 
 def dns_name(text: str, limit: int) -> str:

@@ -38,43 +38,62 @@ RESTRICTED = {
 }
 
 
-def gpu_node_check(checks: AcceptanceChecks, node: NodeSettings) -> None:
+def gpu_node_checks(checks: AcceptanceChecks, nodes: list[NodeSettings]) -> None:
+    """One driver per node group: it runs the check on each of the group's GPU nodes in turn (as each is free), a
+    worker pinned to the node that takes all its GPUs, so no acceptance resource is per node; the report names
+    each node's result."""
     settings = checks.args.acceptance
-    assert node.gpu is not None
-    rdma = node.infiniband is not None and bool(checks.args.rdma_resource_name)
-    limits = {**GPU_RESOURCES["gpu-node"]["limits"], "nvidia.com/gpu": str(node.gpu.count)}
-    if rdma:
-        limits[str(checks.args.rdma_resource_name)] = "1"
-    container = {
-        "name": "check",
-        "image": settings.gpu_image,
-        "script": "gpu-node.sh",
-        "env": [
-            {"name": "EXPECTED_GPUS", "value": str(node.gpu.count)},
-            {"name": "EXPECTED_DRIVER", "value": checks.args.driver_version or ""},
-            {"name": "EXPECTED_MODEL", "value": node.gpu.model},
-            {"name": "RDMA", "value": "true" if rdma else "false"},
-            # The validation files: waited for with the time the driver leaves after the ClusterPolicy.
-            {"name": "WAIT", "value": str(validation_wait(settings.gpu_nodes.timeout_seconds))},
-        ],
-        "resources": {"requests": GPU_RESOURCES["gpu-node"]["requests"], "limits": limits},
-        "volumeMounts": [{"name": "validations", "mountPath": "/run/nvidia/validations", "readOnly": True}],
-    }
-    checks.job(
-        "gpu",
-        f"gpu-{node.name}",
-        settings.gpu_nodes,
-        settings.namespace,
-        node.name,
-        container,
-        # Named after its node, like the node's other resources.
-        resource_name=f"{node.name}-{checks.resource_name}-gpu",
-        extra={
-            "tolerations": [gpu_toleration()],
-            "volumes": [{"name": "validations", "hostPath": {"path": "/run/nvidia/validations"}}],
-        },
-        driven=Driven(nodes=(node.name,), gpus=node.gpu.count),
-    )
+    timeout = settings.gpu_nodes.timeout_seconds
+    groups: dict[str, list[NodeSettings]] = {}
+    for node in nodes:
+        groups.setdefault(node.group_name, []).append(node)
+    for group, members in sorted(groups.items()):
+        each = []
+        for node in members:
+            assert node.gpu is not None
+            rdma = node.infiniband is not None and bool(checks.args.rdma_resource_name)
+            env = (
+                ("EXPECTED_GPUS", str(node.gpu.count)),
+                ("EXPECTED_MODEL", node.gpu.model),
+                ("RDMA", "true" if rdma else "false"),
+            )
+            limits = ((str(checks.args.rdma_resource_name), "1"),) if rdma else ()
+            each.append((node.name, node.gpu.count, env, limits))
+        container = {
+            "name": "check",
+            "image": settings.gpu_image,
+            "script": "gpu-node.sh",
+            "env": [
+                {"name": "EXPECTED_DRIVER", "value": checks.args.driver_version or ""},
+                # The validation files: waited for with the time the driver leaves after the ClusterPolicy.
+                {"name": "WAIT", "value": str(validation_wait(timeout))},
+            ],
+            "resources": {
+                "requests": GPU_RESOURCES["gpu-node"]["requests"],
+                "limits": GPU_RESOURCES["gpu-node"]["limits"],
+            },
+            "volumeMounts": [{"name": "validations", "mountPath": "/run/nvidia/validations", "readOnly": True}],
+        }
+        check_id = f"gpu-{group}"
+        checks.extra_deps[check_id] = [
+            checks.args.node_ready[n.name] for n in members if n.name in checks.args.node_ready
+        ]
+        checks.job(
+            "gpu",
+            check_id,
+            settings.gpu_nodes,
+            settings.namespace,
+            ",".join(n.name for n in members),
+            container,
+            extra={
+                "tolerations": [gpu_toleration()],
+                "volumes": [{"name": "validations", "hostPath": {"path": "/run/nvidia/validations"}}],
+            },
+            driven=Driven(each=tuple(each), node_timeout=timeout),
+            # Free nodes at once, each within its own time from its admission; then those that were busy.
+            timeout=timeout * 2,
+            report={"perNode": "true"},
+        )
 
 
 def validation_wait(timeout: int) -> int:
@@ -145,7 +164,7 @@ def nccl_check(checks: AcceptanceChecks) -> None:
             assert node.gpu is not None
             floor = settings.nccl.nvlink_floor_gbs(node.gpu.model)
             env = (("NPROC", str(node.gpu.count)), ("FLOOR_GBS", "" if floor is None else str(floor)))
-            each.append((node.name, node.gpu.count, env))
+            each.append((node.name, node.gpu.count, env, ()))
         most = max(n.gpu.count for n in members if n.gpu)
         checks.job(
             "gpu",

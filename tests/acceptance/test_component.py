@@ -88,8 +88,9 @@ def delivered(plan, job: dict, pod: dict, key: str, text: str) -> list[str]:
 
 def test_every_check_is_a_job_replaced_when_unready_with_a_bounded_timeout_and_requests(prod_plan):
     found = jobs(prod_plan)
-    gpu_nodes = [n.removeprefix("acceptance-gpu-") for n in found if n.startswith("acceptance-gpu-")]
-    assert gpu_nodes == prod_plan.outputs["gpuNodes"]
+    # The GPU nodes' checks: one driver per node group, which takes each of its nodes in turn (no Job per node).
+    [gpu_group] = [j for n, j in found.items() if n.startswith("acceptance-gpu-")]
+    assert [t["node"] for t in json.loads(driver_env(gpu_group)["EACH"])] == prod_plan.outputs["gpuNodes"]
     assert {"acceptance-nccl-nvlink-nodes", "acceptance-monitoring", "acceptance-storage-s3", "acceptance-gang"} <= set(
         found
     )
@@ -101,7 +102,7 @@ def test_every_check_is_a_job_replaced_when_unready_with_a_bounded_timeout_and_r
         assert meta["annotations"][REPLACE_UNREADY] == "true", name
         # The engine's wait and the Job's own deadline are the same bound; a failure is never retried. A group's
         # NVLink driver has twice a node's time: free nodes at once, then those that were busy.
-        seconds = 1200 if name.startswith("acceptance-nccl-nvlink-") else 600
+        seconds = 1200 if name.startswith(("acceptance-nccl-nvlink-", "acceptance-gpu-")) else 600
         assert meta["annotations"]["pulumi.com/timeoutSeconds"] == str(seconds), name
         assert spec["activeDeadlineSeconds"] == seconds and spec["backoffLimit"] == 0, name
         assert prod_plan.options[job["urn"]]["deleteBeforeReplace"] is True
@@ -217,13 +218,22 @@ def test_gang_check_goes_through_kueue_and_volcano(prod_plan):
 
 
 def test_gpu_node_check_requests_the_inventory_gpus_and_rdma_and_knows_the_driver(prod_plan):
-    job = jobs(prod_plan)["acceptance-gpu-gpu-01"]
+    job = jobs(prod_plan)["acceptance-gpu-nodes"]
     pod = worker_of(job)
-    # The driver pins the worker to the node once it saw the node free (not cordoned, no GPU in use).
-    assert driver_env(job)["NODES"] == "gpu-01" and driver_env(job)["GPUS"] == "8"
+    # The driver pins a worker to each node once it saw the node free (not cordoned, no GPU in use), with the node's
+    # GPUs, its RDMA device and what the inventory says of it.
+    [first, *_] = json.loads(driver_env(job)["EACH"])
+    assert first == {
+        "node": "gpu-01",
+        "gpus": 8,
+        "env": {"EXPECTED_GPUS": "8", "EXPECTED_MODEL": "NVIDIA H100 80GB HBM3", "RDMA": "true"},
+        "limits": {"rdma/ib": "1"},
+    }
     assert "nodeSelector" not in pod and "nodeSelector" not in pod_spec(job)
-    limits = pod["containers"][0]["resources"]["limits"]
-    assert limits == {**GPU_RESOURCES["gpu-node"]["limits"], "nvidia.com/gpu": "8", "rdma/ib": "1"}
+    assert pod["containers"][0]["resources"]["limits"] == GPU_RESOURCES["gpu-node"]["limits"]  # + the node's, above
+    # It waits for every node of its group to be a labelled, tainted member.
+    patches = [r["urn"] for r in prod_plan.by_type("kubernetes:core/v1:NodePatch") if r["name"].startswith("gpu-")]
+    assert patches and all(urn in job["dependencies"] for urn in patches)
     assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"} in pod["tolerations"]
     assert env_of(job)["EXPECTED_DRIVER"] == load(stack_doc("prod")).gpu.driver.version
 
@@ -337,24 +347,25 @@ def test_images_are_pinned_settings():
         assert any(f"acceptance.{field}" in p for p in problems("prod", unpinned))
 
 
-def test_a_failed_check_fails_the_run_naming_the_check_and_the_node(monkeypatch):
-    # What the engine does when the provider reports the Job failed (its pod exited 1, as the scripts do
-    # on a failure): the run fails at that resource, whose name carries the check and the node.
+def test_a_failed_check_fails_the_run_naming_the_check(monkeypatch):
+    # What the engine does when the provider reports the Job failed (its pod exited 1 on a failure, 3 when skipped
+    # or unverified): the run fails at that resource, named after the check and the node group; the Job's log and
+    # the report name each node's result.
     echo = engine._RecordingMonitor._echo
 
     def failing(self, request):
-        if request.type == JOB and request.name == "gpu-07-acceptance-gpu":
-            raise RuntimeError('Job "ml-platform-acceptance/acceptance-gpu-gpu-07" failed: BackoffLimitExceeded')
+        if request.type == JOB and request.name == "acceptance-gpu-nodes":
+            raise RuntimeError('Job "ml-platform-acceptance/acceptance-gpu-nodes" failed: BackoffLimitExceeded')
         return echo(self, request)
 
     monkeypatch.setattr(engine._RecordingMonitor, "_echo", failing)
-    with pytest.raises(Exception, match="acceptance-gpu-gpu-07"):
-        evaluate("prod")  # the resource (gpu-07-acceptance-gpu) and its Job name the node
+    with pytest.raises(Exception, match="acceptance-gpu-nodes"):
+        evaluate("prod")
 
     # Advisory: the script exits 0 on a failure, the Job completes, the run goes on (the report lists it).
     monkeypatch.setattr(engine._RecordingMonitor, "_echo", echo)
     plan = evaluate("prod", lambda raw: raw.update(acceptance={"gpuNodes": {"advisory": True}}))
-    assert env_of(jobs(plan)["acceptance-gpu-gpu-07"])["ADVISORY"] == "true"
+    assert env_of(jobs(plan)["acceptance-gpu-nodes"])["ADVISORY"] == "true"
 
 
 def test_driven_checks_are_the_gpu_checks_and_tier1_and_their_driver_has_minimal_rights(prod_plan):

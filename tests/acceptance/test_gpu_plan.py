@@ -41,6 +41,12 @@ def test_groups_get_one_nvlink_driver_each_and_an_unknown_model_gets_no_floor():
     plan = evaluate("prod", grouped)
     found = {n: j for n, j in jobs(plan).items() if n.startswith("acceptance-nccl-nvlink")}
     assert set(found) == {"acceptance-nccl-nvlink-rack-a", "acceptance-nccl-nvlink-rack-b"}
+    gpu = {n: j for n, j in jobs(plan).items() if n.startswith("acceptance-gpu-")}
+    assert set(gpu) == {"acceptance-gpu-rack-a", "acceptance-gpu-rack-b"}
+    assert [t["node"] for t in json.loads(driver_env(gpu["acceptance-gpu-rack-a"])["EACH"])] == [
+        f"gpu-0{i}" for i in range(1, 8)
+    ]
+    assert plan.outputs["acceptance"]["gpu-rack-b"]["perNode"] == "true"  # the report names each node's result
     nodes = [t["node"] for j in found.values() for t in json.loads(driver_env(j)["EACH"])]
     assert len(nodes) == len(set(nodes)) == 15
 
@@ -80,8 +86,9 @@ def test_job_and_rendezvous_names_stay_unique_for_long_node_names_with_a_shared_
     rendezvous = [driver_env(j)["RENDEZVOUS"] for j in pairs]
     assert len(set(names)) == len(names) == 8 and len(set(rendezvous)) == 8
     assert all(len(n) <= 63 for n in names) and all(len(r) <= 61 for r in rendezvous)
-    gpu_jobs = [j["inputs"]["metadata"]["name"] for n, j in jobs(plan).items() if n.startswith("acceptance-gpu-")]
-    assert len(set(gpu_jobs)) == 15
+    # The GPU node checks: no Job per node at all, one driver for the group, which names each node.
+    [group] = [j for n, j in jobs(plan).items() if n.startswith("acceptance-gpu-")]
+    assert len({t["node"] for t in json.loads(driver_env(group)["EACH"])}) == 15
 
 
 def test_dns_name_cuts_with_a_digest_only_when_it_must():

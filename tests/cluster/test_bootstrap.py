@@ -299,8 +299,8 @@ GPU_OUTPUTS = {"acceptance", "gpuNodes", "gpuSchedulable", "gpuTotal"}
 def test_adding_or_removing_a_node_touches_only_its_own_resources(prod_plan, edit, node, side, gpu):
     result = plan_cli.diff(_doc(prod_plan), _doc(evaluate("prod", edit)))
     own = ["labels-taints", "membership", "prepare", "rke2", "scripts"]
-    if gpu:  # its InfiniBand and NVMe steps, and its own acceptance check
-        own += ["infiniband", "nvme", "acceptance-gpu"]
+    if gpu:  # its InfiniBand and NVMe steps (its acceptance checks are its group's drivers, below)
+        own += ["infiniband", "nvme"]
     # A new InfiniBand GPU node is paired for the NCCL check: with 15 before, the odd one out (gpu-15, paired
     # with gpu-01) now pairs with it. All pairs share one rendezvous Service: it stays as it is.
     pairs = (
@@ -319,9 +319,13 @@ def test_adding_or_removing_a_node_touches_only_its_own_resources(prod_plan, edi
         "monitoring-hosts-nodes": [f"inputs.spec.hosts.{node}"],
         "monitoring-hosts-nodes-claim": ["inputs.hosts"],
     }
-    if gpu:  # its group's NVLink driver, which takes each GPU node of the group in turn, now takes it too
+    if gpu:  # its group's GPU node and NVLink drivers, which take each GPU node of the group in turn, take it too
         driver = "inputs.spec.template.spec.containers[name=driver].env"
         expected["acceptance-nccl-nvlink-nodes"] = [f"{driver}[name={n}].value" for n in ("EACH", "NODE", "WORKER")]
+        # ... and the GPU node check waits for the new node's labels and taints too (its dependencies).
+        expected["acceptance-gpu-nodes"] = ["dependencies"] + [
+            f"{driver}[name={n}].value" for n in ("EACH", "NODE", "WORKER")
+        ]
     assert {u.rsplit("::", 1)[1]: paths for u, paths in result["changed"].items()} == expected
     outputs = {"monitoredHosts", *(GPU_OUTPUTS if gpu else ())}
     assert result["outputs"] == dict.fromkeys(sorted(outputs), "changed")

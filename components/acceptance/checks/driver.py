@@ -23,8 +23,8 @@ With STORAGE_CLASS (the tier-1 check), a check whose every local volume of that 
 before a worker is made (its claim could not bind). The verdict is derived from the workers' evidence records
 (evidence.py, pasted before this file): skipped and unverified exit 3, so the Job is not Complete.
 
-With EACH (a JSON list of {node, gpus, env}: the NVLink check of a node group), the check runs on every node in
-turn, as each becomes free (run_each).
+With EACH (a JSON list of {node, gpus, env, limits}: the GPU node and NVLink checks of a node group), the check
+runs on every node in turn, as each becomes free (run_each); a cordoned node is skipped at once.
 
 Parameters: EACH NODE_TIMEOUT CHECK NODE ADVISORY NAMESPACE POD_NAME POD_UID WORKER NODES GPUS RENDEZVOUS
   RENDEZVOUS_SERVICE STORAGE_CLASS
@@ -186,7 +186,7 @@ def worker_pod(index: int, node: str, deadline: float, task: Optional[dict] = No
     container["env"] = [*env, *({"name": k, "value": str(v)} for k, v in own.items())]
     if task:
         limits = container.setdefault("resources", {}).setdefault("limits", {})
-        limits[GPU] = str(task["gpus"])
+        limits.update({GPU: str(task["gpus"]), **task.get("limits", {})})
     labels = {WORKER_LABEL: "worker", "ml-platform.io/check": ENV["CHECK"]}
     rendezvous = ENV.get("RENDEZVOUS", "")
     if node:
@@ -211,11 +211,11 @@ def collect(api: Api, pods: str, names: list) -> list:
 
 
 def run_each(api: Api, created: list) -> int:
-    """EACH (a JSON list of {node, gpus, env}): the check on every node of a group, one worker per node, pinned to
-    it. A node is taken when it is free (not cordoned, no other pod holding GPUs); a busy one is looked at again
+    """EACH (a JSON list of {node, gpus, env, limits}): the check on every node of a group, one worker per node,
+    pinned to it. A node is taken when it is free (no other pod holding GPUs); a busy one is looked at again
     every RETRY_EVERY seconds while the others run, until the Job's time is nearly up. Each worker's deadline
-    counts from when the driver admits it (creates it), not from the Job's start. A node never free is skipped,
-    named in its own record; the verdict is the worst of all."""
+    counts from when the driver admits it (creates it), not from the Job's start. A node never free, or cordoned,
+    is skipped, named in its own record; the verdict is the worst of all."""
     each = json.loads(ENV["EACH"])
     deadline = time.monotonic() + int(ENV.get("DEADLINE", "540"))
     per_node = int(ENV.get("NODE_TIMEOUT", "600"))
@@ -227,9 +227,10 @@ def run_each(api: Api, created: list) -> int:
             try:
                 node_state(api, task["node"], int(task["gpus"]))
             except CheckEnd as busy:
-                if busy.status == "failed":
+                # Failed (too few GPUs) or cordoned (taken out on purpose): said at once. Busy: looked at again.
+                if busy.status == "failed" or "cordoned" in busy.detail:
                     waiting.remove(task)
-                    found.append(own_record("failed", busy.detail, task["node"]))
+                    found.append(own_record(busy.status, busy.detail, task["node"]))
                 why[task["node"]] = busy.detail
                 continue
             waiting.remove(task)
