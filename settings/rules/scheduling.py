@@ -297,7 +297,7 @@ RULES = (
     rule(
         _tenancy_problems,
         "the teams' storage classes, egress, backup claims and nodes",
-        "scheduling storage gpu network nodes",
+        "scheduling storage gpu network nodes monitoring cluster",
         "nodes",
     ),
 )
