@@ -20,6 +20,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
+import yaml
+
 from settings import NAMESPACE, Settings, SettingsError, load
 from stacks import diff as diffs
 from stacks.engine import SECRET, Plan, evaluate_stack, load_stack_config
@@ -41,6 +43,14 @@ def stack_settings(stack: str, config_file: Optional[Path] = None) -> Settings:
             except ValueError:
                 raw[key] = value
     return load(raw)
+
+
+def _layout_settings(stack: str, config_file: Optional[Path]) -> Optional[Settings]:
+    """The settings, when they load as they are, to choose the layout; None leaves the problems to `evaluate_stack`."""
+    try:
+        return stack_settings(stack, config_file)
+    except (SettingsError, yaml.YAMLError, ValueError):
+        return None
 
 
 def summary(plan: Plan) -> str:
@@ -148,10 +158,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not args.stack:
         parser.error("give a STACK (e.g. prod) or --diff OLD NEW")
     try:
-        settings = stack_settings(args.stack, args.config)
-        if settings.layout == "layered":
+        settings = _layout_settings(args.stack, args.config)
+        if settings is not None and settings.layout == "layered":
             return layered_main(args.stack, args.config, args.out, args.only)
+        # The file's own checks (YAML syntax, credentials given as plain config) and every settings problem, each at
+        # its file:line, come from evaluating it.
         plan = evaluate_stack(args.stack, args.config)
+        settings = settings or stack_settings(args.stack, args.config)
         problems = team_namespace_problems(plan.resources, settings.scheduling.teams)
         if problems:
             raise SettingsError(problems)
