@@ -199,10 +199,13 @@ def _changed(before: dict, after: dict) -> dict[str, list[str]]:
     return changed
 
 
-def test_a_node_added_changes_its_own_group_and_at_most_one_platform_aggregate(plans, tmp_path):
-    """One CPU node, one storage host and one GPU node, each added alone: the node's group stack gains the
-    node's own steps; the platform stack changes one aggregate at most (its group's Zabbix host set, with that set's
-    claim); the cluster stack and the other groups do not change."""
+def test_a_node_added_changes_its_own_group_and_its_groups_aggregates(plans, tmp_path):
+    """One CPU node, one storage host and one GPU node, each added alone: the node's group stack gains the node's
+    own steps; in the platform stack only its group's aggregates change (the group's Zabbix host set and its claim,
+    for a GPU node the group's acceptance drivers), and a GPU node's own NCCL pair check is created. Two fleet-wide
+    objects still list storage hosts by name: the Ceph cluster (Rook's CephCluster names each storage node and its
+    devices) and the team placement policy (it refuses pods that select a server or storage host by hostname). The
+    cluster stack and the other groups do not change."""
     layered, _ = plans
     raw = inventory(NODES, layout="layered")
     agents = [n for n in raw["nodes"] if not n.get("controlPlane")]
@@ -220,23 +223,29 @@ def test_a_node_added_changes_its_own_group_and_at_most_one_platform_aggregate(p
         "gpu": {
             **gpu,
             "name": "gpu-new",
-            "address": "10.20.9.14",
+            "address": "10.20.9.40",
             "infiniband": {**gpu["infiniband"], "address": "10.30.0.200"},
             "nvme": [{"device": "/dev/disk/by-id/nvme-NEW-0001", "format": True}],
         },
     }
+    by_name = {"storage": {"update ceph-cluster", "update scheduling-team-placement-policy"}}
     for kind, node in added.items():
         node["hostKey"] = host_key(node["name"])
         (tmp_path / kind).mkdir()
         after = evaluate_layered("fleet", _write(tmp_path / kind, "layered", {**raw, "nodes": [*raw["nodes"], node]}))
         changed = _changed(layered, after)
-        group = f"fleet-nodes-{node['group']}"
-        assert set(changed) <= {group, "fleet-platform"}, f"{kind}: {sorted(changed)}"
-        assert all(entry.startswith("create ") and node["name"] in entry for entry in changed[group]), changed[group]
-        # A Zabbix host set and its claim (what moves a host between sets) are one aggregate.
-        platform = changed.get("fleet-platform", [])
-        aggregates = {e.removesuffix("-claim") for e in platform}
-        assert len(aggregates) <= 1 and all(e.startswith("update ") for e in platform), f"{kind}: {platform}"
+        group = node["group"]
+        assert set(changed) <= {f"fleet-nodes-{group}", "fleet-platform"}, f"{kind}: {sorted(changed)}"
+        own = changed[f"fleet-nodes-{group}"]
+        assert all(entry.startswith("create ") and node["name"] in entry for entry in own), own
+        others = [
+            e
+            for e in changed.get("fleet-platform", [])
+            if not e.endswith(f"-{group}") and not e.endswith(f"-{group}-claim") and node["name"] not in e
+        ]
+        assert set(others) == by_name.get(kind, set()), f"{kind}: {others}"
+        mine = [e for e in changed.get("fleet-platform", []) if node["name"] in e]
+        assert all(e.startswith("create acceptance-nccl-ib-") for e in mine), mine
 
 
 def test_the_review_of_a_switch_to_layered_shows_only_what_really_changes(tmp_path):

@@ -300,7 +300,6 @@ def zabbix_check(checks: AcceptanceChecks) -> None:
         "script": "zabbix.sh",
         "env": [
             {"name": "ZABBIX_URL", "value": checks.args.zabbix_url},
-            {"name": "HOSTS", "value": " ".join(checks.args.monitored_hosts)},
             {"name": "MAX_AGE", "value": str(settings.monitoring.max_age_seconds)},
             # Ask again for hosts without data until a minute before the Job's deadline, so a node
             # that joined in this `up` has time to report, and the check still ends with its result.

@@ -212,3 +212,33 @@ def test_a_gang_of_one_pod_has_nothing_to_prove_but_its_count(tmp_path):
     env = dict(CHECK="gang", QUEUE="acceptance", PODS="1", SCHEDULER="volcano", JOB_NAME="acceptance-gang")
     proc = run_check("gang.sh", tmp_path, {"nslookup": "exit 1\n"}, **env)
     assert judged(proc)["status"] == "passed"
+
+
+# A stand-in curl for the monitoring check: writes BODY as the API's answer to the file after -o.
+def _curl(body: str) -> str:
+    return f'out=""; while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done\nprintf \'%s\' \'{body}\' >"$out"\n'
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        ('{"jsonrpc":"2.0","result":[],"id":1}', "lists no monitored host the check may read"),
+        ('{"jsonrpc":"2.0","error":{"code":-32602,"message":"No permissions"},"id":1}', "refused host.get"),
+        ("<html>502 Bad Gateway</html>", "lists no monitored host"),
+    ],
+)
+def test_monitoring_is_never_passed_when_zabbix_lists_no_host(tmp_path, answer, why):
+    """The Job names no host: the check asks Zabbix which hosts to judge, and an empty or refused answer is nothing
+    measured, a failure."""
+    (tmp_path / "token").write_text("t")
+    proc = run_check(
+        "zabbix.sh",
+        tmp_path,
+        stubs={"curl": _curl(answer)},
+        CHECK="monitoring",
+        ZABBIX_URL="https://zabbix.test",
+        MAX_AGE="600",
+        TOKEN_FILE=str(tmp_path / "token"),
+    )
+    assert proc.returncode == 1 and why in proc.stderr, proc.stdout + proc.stderr
+    assert judged(proc)["status"] == "failed"

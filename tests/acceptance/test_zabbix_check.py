@@ -121,6 +121,19 @@ def test_the_check_fails_naming_the_stale_host(tmp_path, zabbix):
     assert unknown.returncode == 1 and "failed on cpu-99" in unknown.stderr
 
 
+def test_without_a_host_list_the_check_takes_every_host_the_reader_may_read(tmp_path, zabbix):
+    """The Job names no host (a node added changes its group's host set, not the check): the check asks Zabbix for
+    the monitored hosts its token may read, here the three of the group `acceptance` and not `hidden`."""
+    report_ping(zabbix, "gpu-01", "nas-01")
+    proc = monitoring_check(tmp_path, zabbix, "")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "no agent.ping in the last 600s from: cpu-04" in proc.stderr and "hidden" not in proc.stderr
+    report_ping(zabbix, "gpu-01", "nas-01", "cpu-04")
+    proc = monitoring_check(tmp_path, zabbix, "")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert result_line(proc)["status"] == "passed"
+
+
 def test_the_check_verifies_the_certificate_and_reports_api_errors_with_its_result_line(tmp_path, zabbix):
     # The certificate chains to the program's CA only: curl refuses it with another CA, and the check ends
     # with its result line (not lost in a command substitution).
