@@ -163,8 +163,9 @@ def _dashboards(name, args, connection, opts, named: dict[str, pulumi.Resource])
     overview = overview_dashboard(args.nodes, bool(args.nas_hosts), f"{args.cluster_name}-kubernetes", ceph)
     teams = teams_dashboard(args.teams, args.nodes)
     kueue, idle = f"{args.cluster_name}-kueue", args.monitoring.thresholds.gpu_idle_percent
-    queues = queues_dashboard(kueue, idle)
-    team_queues = team_queues_dashboard(args.teams, kueue, idle)
+    pending = 60 * args.monitoring.thresholds.queue_pending_max_minutes
+    queues = queues_dashboard(kueue, idle, pending)
+    team_queues = team_queues_dashboard(args.teams, kueue, idle, pending)
     for label, spec in (("overview", overview), ("teams", teams), ("queues", queues), ("team-queues", team_queues)):
         if spec:
             deps = [named[n] for n in sorted(dashboard_references(spec))]
@@ -179,7 +180,7 @@ def _global_macros(name, args, url, connection, opts) -> list[pulumi.Resource]:
             connection,
             opts=opts(),
         )
-        for macro, (value, text) in global_macros(args.monitoring, url).items()
+        for macro, (value, text) in global_macros(args.monitoring, url, args.teams).items()
     ]
 
 

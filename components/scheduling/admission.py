@@ -317,12 +317,15 @@ def surface_policy_spec(team: Team, groups: Sequence[str], networks: Sequence[st
 
 
 def _rdma_ok(rdma: str) -> str:
-    """CEL: every container asks for at most one RDMA slot, and only with a GPU (limits; the API server copies an
-    extended resource's limit into its request, and refuses a request without a limit)."""
+    """CEL: every container asks for at most one RDMA slot, and only with at least one GPU (limits; the API server
+    copies an extended resource's limit into its request, refuses a request without a limit, and an extended
+    resource's quantity must be a whole number): a pod holds no more slots than GPUs."""
     slot = f"c.resources.limits['{rdma}']"
+    gpu = f"c.resources.limits['{GPU_RESOURCE}']"
     return (
         "object.spec.containers.all(c, !has(c.resources) || !has(c.resources.limits) || "
-        f"!('{rdma}' in c.resources.limits) || (string({slot}) == '1' && '{GPU_RESOURCE}' in c.resources.limits))"
+        f"!('{rdma}' in c.resources.limits) || (string({slot}) == '1' && '{GPU_RESOURCE}' in c.resources.limits "
+        f"&& int(string({gpu})) >= 1))"
         " && (!has(object.spec.initContainers) || object.spec.initContainers.all(c, !has(c.resources) || "
         f"!has(c.resources.limits) || !('{rdma}' in c.resources.limits)))"
     )

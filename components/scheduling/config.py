@@ -139,6 +139,9 @@ OBJECT_QUOTA = {
     "services.loadbalancers": "0",
     "services.nodeports": "0",
     "persistentvolumeclaims": "200",
+    # Non-terminal pods, a pod held at Kueue's gate included (stored, and a Volcano PodGroup each): without it one
+    # RayCluster of 100000 tiny workers or an Indexed Job of that parallelism would fill etcd before Kueue says no.
+    "pods": "2000",
     "count/services": "100",
     "count/configmaps": "200",
     "count/secrets": "200",

@@ -337,6 +337,18 @@ RAY_AUTOSCALER = {
 # constants of their sources at those tags (Kueue pkg/ and apis/, KubeRay ray-operator/.../utils/constant.go).
 CONTROLLER_DOMAINS = {
     "k8s.v1.cni.cncf.io": "Multus",
+    # Multus also reads `v1.multus-cni.io/default-network` (k8sclient `defaultNetAnnot`): a pod's main interface
+    # on another network, outside every NetworkPolicy.
+    "multus-cni.io": "Multus",
+    "cni.cncf.io": "CNI plugins",
+    # Kubernetes' own domains: `scheduling.k8s.io/group-name` (Volcano's PodGroup of a pod),
+    # `kubernetes.io/egress-bandwidth` (the bandwidth CNI plugin), the kubelet's and the API server's keys.
+    "kubernetes.io": "Kubernetes",
+    "k8s.io": "Kubernetes",
+    "projectcalico.org": "Calico (`cni.projectcalico.org/ipAddrs` picks a pod's address)",
+    "mellanox.com": "NVIDIA Network Operator",
+    "rook.io": "Rook",
+    "kubeflow.org": "Kubeflow",
     "cdi.k8s.io": "CDI (container device interface)",
     "kueue.x-k8s.io": "Kueue",
     "volcano.sh": "Volcano",
@@ -367,6 +379,22 @@ CONTROLLER_KEYS = {
     "kueue.x-k8s.io/job-min-parallelism": A,
     "ray.io/overwrite-container-cmd": A,
     "ray.io/disable-provisioned-head-restart": A,
+    # Kubernetes' recommended labels (kubernetes.io/docs/concepts/overview/working-with-objects/common-labels), and
+    # what kubectl writes: nothing acts on them but tools that display them.
+    "app.kubernetes.io/name": A,
+    "app.kubernetes.io/instance": A,
+    "app.kubernetes.io/version": A,
+    "app.kubernetes.io/component": A,
+    "app.kubernetes.io/part-of": A,
+    "app.kubernetes.io/managed-by": A,
+    "kubectl.kubernetes.io/last-applied-configuration": A,
+    "kubectl.kubernetes.io/restartedAt": A,
+    "kubectl.kubernetes.io/default-container": A,
+    # The Job registry sets these in a Job's template before validating admission runs (pkg/registry/batch/job
+    # strategy.go `PrepareForCreate`), and the job controller on the Job's pods.
+    "batch.kubernetes.io/controller-uid": A,
+    "batch.kubernetes.io/job-name": A,
+    "batch.kubernetes.io/job-completion-index": A,
 }
 # The variable prefixes container runtimes read from a container's environment (NVIDIA container toolkit v1.20.0,
 # internal/config/image/envvars.go and cuda_image.go `VisibleDevices`).
@@ -419,4 +447,5 @@ def refused_fields(table: dict[str, Verdict]) -> list[str]:
 def controller_domain(key: str) -> Optional[str]:
     """The controller domain a label or annotation key belongs to, if any."""
     prefix = key.split("/", 1)[0] if "/" in key else ""
-    return next((d for d in CONTROLLER_DOMAINS if prefix == d or prefix.endswith("." + d)), None)
+    found = [d for d in CONTROLLER_DOMAINS if prefix == d or prefix.endswith("." + d)]
+    return max(found, key=len) if found else None  # the most specific: cdi.k8s.io before k8s.io

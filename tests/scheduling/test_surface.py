@@ -201,7 +201,10 @@ def test_controller_keys_are_in_their_controllers_domains():
     for key in surface.CONTROLLER_KEYS:
         assert surface.controller_domain(key) is not None, key
     assert surface.controller_domain("nvidia.cdi.k8s.io/container.x") == "cdi.k8s.io"
-    assert surface.controller_domain("app.kubernetes.io/name") is None
+    # Kubernetes' own domain: its recommended labels are allowed by name, any other key there is judged.
+    assert surface.controller_domain("app.kubernetes.io/name") == "kubernetes.io"
+    assert surface.CONTROLLER_KEYS["app.kubernetes.io/name"].verdict == "allowed"
+    assert surface.controller_domain("example.com/team-label") is None  # a team's own domain
 
 
 # ---------------------------------------------------------------------------------------------

@@ -456,3 +456,41 @@ def test_a_template_naming_another_network_is_refused_at_submission(prod_plan):
         "ib-net-llm-train"
     )
     assert judge(prod_plan, rc, "rayclusters", "ray.io") == []
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        # Multus's default network: the pod's main interface on another team's (or the platform's) IPoIB network.
+        ("v1.multus-cni.io/default-network", "vision/ib-net-vision"),
+        # Volcano puts the pod in another PodGroup of the namespace.
+        ("scheduling.k8s.io/group-name", "someone-elses-gang"),
+        # The bandwidth CNI plugin, and Calico's chosen address.
+        ("kubernetes.io/egress-bandwidth", "100G"),
+        ("cni.projectcalico.org/ipAddrs", '["10.42.0.10"]'),
+    ],
+)
+def test_keys_in_kubernetes_or_a_platform_components_domain_are_refused_unless_allowed(prod_plan, key, value):
+    """The keys controllers act on are judged by domain (Kubernetes' own and every component's the platform runs),
+    not by a list of the ones someone thought of: a key there is refused unless allowed by name."""
+    for meta in ({"annotations": {key: value}}, {"labels": {key: "x"}}):
+        assert "controller-key" in rules(judge(prod_plan, job(meta=meta), "jobs", "batch")), meta
+        assert "controller-key" in rules(judge(prod_plan, pod(**meta), "pods")), meta
+    # A team's own domain and Kubernetes' recommended labels stay the team's.
+    labels = {"example.com/experiment": "42", "app.kubernetes.io/part-of": "llm", "app.kubernetes.io/version": "1"}
+    assert judge(prod_plan, job(meta={"labels": labels}), "jobs", "batch") == []
+
+
+def test_an_rdma_slot_needs_a_gpu_in_the_same_container_not_a_zero(prod_plan):
+    spec = pod_spec()
+    spec["containers"][0]["resources"]["limits"].update({"nvidia.com/gpu": "0", "rdma/ib": "1"})
+    assert "gpu-devices" in rules(judge(prod_plan, pod(spec), "pods"))
+    spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1"
+    assert judge(prod_plan, pod(spec), "pods") == []
+
+
+def test_pods_are_counted_per_team_namespace(prod_plan):
+    """A RayCluster of 100000 tiny workers or an Indexed Job of that parallelism would store a pod each (held at
+    Kueue's gate, each with a Volcano PodGroup) before Kueue refuses: the namespace's pods are capped."""
+    quotas = [r for r in prod_plan.by_type("kubernetes:core/v1:ResourceQuota") if r["name"].endswith("-objects")]
+    assert quotas and all(int(q["inputs"]["spec"]["hard"]["pods"]) > 0 for q in quotas)
