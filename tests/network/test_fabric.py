@@ -419,7 +419,12 @@ def test_outputs(prod_plan, lab_plan, calico_plan):
 def test_datagram_mode_caps_the_mtu():
     found = problems(mutate=lambda raw: raw["network"]["infiniband"].update(mtu=65520))
     assert len(found) == 1 and found[0].startswith("network.infiniband.mtu: 65520 is above 4092")
-    assert problems(mutate=lambda raw: raw["network"]["infiniband"].update(mtu=65520, mode="connected")) == []
+
+    def connected_fdr(raw):  # connected mode exists only before Enhanced IPoIB (EDR HCAs and later)
+        raw["network"]["infiniband"].update(mtu=65520, mode="connected")
+        raw["acceptance"]["nccl"].update(ibGeneration="FDR", ibFloorFraction=0.5)
+
+    assert problems(mutate=connected_fdr) == []
 
 
 def test_cluster_cidr_must_hold_a_pod_range_per_node():
