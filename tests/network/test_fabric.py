@@ -423,6 +423,7 @@ def test_datagram_mode_caps_the_mtu():
     def connected_fdr(raw):  # connected mode exists only before Enhanced IPoIB (EDR HCAs and later)
         raw["network"]["infiniband"].update(mtu=65520, mode="connected")
         raw["acceptance"]["nccl"].update(ibGeneration="FDR", ibFloorFraction=0.5)
+        raw["monitoring"]["thresholds"]["ibMinRateGbps"] = 50  # below a 4X FDR port's 56 Gb/s
 
     assert problems(mutate=connected_fdr) == []
 
