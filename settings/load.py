@@ -7,8 +7,10 @@ The models (`settings.root` and the area modules) judge each field; the cross-fi
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import typing
+from collections import OrderedDict
 from typing import Any, Optional
 
 from pydantic import BaseModel, ValidationError
@@ -19,6 +21,10 @@ from settings.rules import cross_field_problems, waiting_rules
 from settings.scan import credential_problems, strings
 from settings.secrets import SECRET_KEYS
 
+# The last few configs that loaded, by their canonical JSON: the offline preview and the program it evaluates read
+# the same stack file (a 1000-node file takes about a second and a half to judge). Settings are frozen.
+_LOADED: OrderedDict[str, Settings] = OrderedDict()
+
 
 def load(raw: dict[str, Any]) -> Settings:
     """Validate the raw config (area key -> parsed YAML value) and return the settings.
@@ -27,6 +33,18 @@ def load(raw: dict[str, Any]) -> Settings:
     the shape and types of every key, and the rules that relate several fields, run on what validated
     (settings.partial: a rule that needs an item or area that failed waits, and a note says so).
     """
+    key = json.dumps(raw, sort_keys=True, default=str)
+    if key in _LOADED:
+        _LOADED.move_to_end(key)
+        return _LOADED[key]
+    settings = _load(raw)
+    _LOADED[key] = settings
+    while len(_LOADED) > 4:
+        _LOADED.popitem(last=False)
+    return settings
+
+
+def _load(raw: dict[str, Any]) -> Settings:
     problems = [_unknown_area(key) for key in raw if key not in Settings.model_fields and _alias_field(key) is None]
     known = {k: v for k, v in raw.items() if k not in SECRET_KEYS and _alias_field(k) is not None}
     errors = _errors(known)

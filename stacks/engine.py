@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pulumi
-import yaml
 from google.protobuf import json_format, struct_pb2
 from pulumi.runtime import mocks
 from pulumi.runtime import resource as pulumi_resource
@@ -29,9 +28,9 @@ from pulumi.runtime.sync_await import _sync_await
 
 from settings import NAMESPACE, SettingsError
 from settings import config_file as stack_file
+from stacks.stack_config import PLACEHOLDER_SECRETS, PROJECT, load_stack_config
 
 ROOT = Path(__file__).resolve().parent.parent
-PROJECT = "ml-platform"
 
 # How the engine marks secret and unknown values in a RegisterResource request.
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"
@@ -43,13 +42,6 @@ _ASSET_VALUE = "c44067f5952c0a294b673a41bacd8c17"
 _MOCKED_TYPES = ("pulumi:pulumi:Stack", "pulumi:pulumi:StackReference")
 SECRET = "[secret]"
 UNKNOWN = "[unknown]"
-
-# Required secrets that a checkout does not hold: the plan uses placeholders, marked secret.
-PLACEHOLDER_SECRETS = {
-    f"{NAMESPACE}:sshPrivateKey": "placeholder-ssh-private-key",
-    f"{NAMESPACE}:zabbixSlackBotToken": "placeholder-slack-bot-token",
-    f"{NAMESPACE}:zabbixMattermostBotToken": "placeholder-mattermost-bot-token",
-}
 
 
 @dataclass
@@ -100,34 +92,6 @@ class Plan:
 
     def by_urn(self) -> dict[str, dict[str, Any]]:
         return {r["urn"]: r for r in self.resources}
-
-
-def load_stack_config(stack: str, config_file: Optional[Path] = None) -> tuple[dict[str, str], list[str]]:
-    """Config as the CLI would hand it to the program: full keys, objects as JSON strings.
-
-    `secure:` values and missing required secrets become placeholders marked secret.
-    """
-    path = config_file or ROOT / f"Pulumi.{stack}.yaml"
-    # libyaml's safe loader where PyYAML has it: a 1000-node stack file parses several times faster.
-    doc = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
-    config: dict[str, str] = {}
-    secret_keys: list[str] = []
-    for key, value in (doc.get("config") or {}).items():
-        full = key if ":" in key else f"{PROJECT}:{key}"
-        if isinstance(value, dict) and set(value) == {"secure"}:
-            # The ciphertext's digest: a changed secret gives a changed placeholder (and plan digest).
-            digest = hashlib.sha256(str(value["secure"]).encode()).hexdigest()[:12]
-            config[full] = f"placeholder-{full.split(':', 1)[1]}-{digest}"
-            secret_keys.append(full)
-        elif isinstance(value, str):
-            config[full] = value
-        else:
-            config[full] = json.dumps(value)
-    for full, placeholder in PLACEHOLDER_SECRETS.items():
-        if full not in config:
-            config[full] = placeholder
-            secret_keys.append(full)
-    return config, sorted(set(secret_keys))
 
 
 @dataclass(frozen=True)

@@ -231,7 +231,7 @@ def test_every_settings_problem_at_once(tmp_path):
         "nodes[8] (cpu-09).address: ipv4 '10.20.1.11' is also claimed by nodes[0].address; addresses must be unique",
         "nodes[36] (gpu-02).infiniband: GPU node 'gpu-02' has no InfiniBand settings; add interface and address",
         "nodes[49] (gpu-15).adress: unknown key (did you mean 'address'?); valid keys here: address, controlPlane, "
-        "gpu, hostKey, infiniband, labels, name, nvme, osdDevices, renamedFrom, role, topology",
+        "gpu, group, hostKey, infiniband, labels, name, nvme, osdDevices, renamedFrom, role, topology",
     ]
     # What cpu-04's missing entry keeps from being judged is said, not guessed at.
     assert problems[-1].startswith("(checked once the problems above are fixed") and "control-plane" in problems[-1]

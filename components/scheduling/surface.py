@@ -379,8 +379,7 @@ CONTROLLER_KEYS = {
     "kueue.x-k8s.io/job-min-parallelism": A,
     "ray.io/overwrite-container-cmd": A,
     "ray.io/disable-provisioned-head-restart": A,
-    # Kubernetes' recommended labels (kubernetes.io/docs/concepts/overview/working-with-objects/common-labels), and
-    # what kubectl writes: nothing acts on them but tools that display them.
+    # Kubernetes' recommended labels (its docs: common labels) and kubectl's keys: only display tools read them.
     "app.kubernetes.io/name": A,
     "app.kubernetes.io/instance": A,
     "app.kubernetes.io/version": A,
