@@ -207,7 +207,7 @@ def test_nas_steps_cut_after_an_undo_converge(hosts):
 
 # (node, step kind, an operator's edit that gives the step work, the named point the step is cut at). The first
 # three are the defects of a run cut between a write and its restart or apply; the others are further points the
-# steps name (listed by `cuts.marks_of`, printed).
+# steps name (each case prints the points its step passed).
 CUT_POINTS = [
     (
         "nas-1",
@@ -241,7 +241,6 @@ CUT_POINTS = [
         "echo '# by hand' >> /etc/systemd/system/ml-platform-rke2-certificates.timer && systemctl daemon-reload",
         "after write /etc/systemd/system/ml-platform-rke2-certificates.timer",
     ),
-    ("nas-1", "zabbix-agent2", "chown root:root /etc/zabbix/ml-platform.psk", "before restart-zabbix-agent2"),
     ("nas-1", "minio", "echo '# by hand' >> /etc/default/minio", "after write /etc/default/minio"),
 ]
 
@@ -255,21 +254,17 @@ def test_a_cut_between_a_change_and_its_apply_is_finished_by_the_next_run(hosts)
     host's fingerprint, which includes what the daemons loaded (each service started after its configuration
     changed, live sysctls against the file, nothing pending), equals the converged one."""
     assert hosts.first is not None and hosts.converged
-    listed = {}
     for node, kind, perturb, point in CUT_POINTS:
         address, step = hosts.nodes()[node], _step(hosts, node, kind)
-        if (node, kind) not in listed:
-            listed[(node, kind)] = cuts.marks_of(hosts, address, step, perturb)
-            print(f"\nnamed points of {step.name} after {perturb!r}:\n  " + "\n  ".join(listed[(node, kind)]))
         edited = hosts.ssh.sudo(address, perturb)
         assert edited.returncode == 0, edited.stderr
-        held, rc = cuts.cut_at(hosts, address, step, point)
-        assert held, f"{step.name} never reached {point!r} (rc {rc}); its points: {listed[(node, kind)]}"
-        finished, said = cuts.finish(hosts, address, step)
+        held, rc, before = cuts.cut_at(hosts, address, step, point)
+        assert held, f"{step.name} never reached {point!r} (rc {rc}); the points it passed: {before}"
+        finished, said, after = cuts.finish(hosts, address, step, listing=True)
         diff = probe.differences(hosts.converged[node], probe.fingerprint(hosts.ssh, address))
         print(
-            f"{step.name} cut at {point!r}, run again: rc={finished}, "
-            f"{[line for line in said.splitlines() if line.startswith('changed: ')]}, converged: {not diff}"
+            f"\n{step.name} after {perturb!r}: named points passed {before}, cut at the last; on the re-run {after}: "
+            f"rc={finished}, {[x for x in said.splitlines() if x.startswith('changed: ')]}, converged: {not diff}"
         )
         assert finished == 0, said
         assert not diff, (step.name, point, diff)
@@ -306,7 +301,7 @@ def test_a_full_file_system_fails_the_step_naming_it(hosts):
         assert hosts.ssh.sudo(address, f"tail -1 {drop_in}").stdout == "# by hand\n"  # nothing moved in
     finally:
         hosts.ssh.sudo(address, f"umount {store} 2>/dev/null; umount {drop_ins} 2>/dev/null; rm -f /run/mlph-drop-in")
-    rc, said = cuts.finish(hosts, address, step)
+    rc, said, _ = cuts.finish(hosts, address, step)
     assert rc == 0, said
     assert not probe.differences(hosts.converged["nas-1"], probe.fingerprint(hosts.ssh, address))
 
@@ -328,7 +323,7 @@ def test_two_runs_of_one_step_at_once_converge(hosts):
 
 def test_a_silent_or_refused_mirror_fails_within_its_bound(hosts):
     """A package source whose server accepts connections and never answers, then one where nothing listens: the
-    step's apt-get update fails within its bound (APT_TIMEOUT, here 5 s per request) naming which it was."""
+    step's apt-get update fails within its bound (APT_TIMEOUT, here 3 s per request) naming which it was."""
     import socket
     import threading
 
@@ -352,11 +347,11 @@ def test_a_silent_or_refused_mirror_fails_within_its_bound(hosts):
     port = silent.getsockname()[1]
     refused = socket.socket()
     refused.bind((machines.GATEWAY, 0))  # bound, never listening: connections are refused
-    command = step.create.replace("sudo -n env ", "sudo -n env APT_TIMEOUT=5 ", 1)
+    command = step.create.replace("sudo -n env ", "sudo -n env APT_TIMEOUT=3 ", 1)
     source = "/etc/apt/sources.list.d/mlph-test.list"
     try:
         for kind, at, expected in (
-            ("silent", port, "did not answer within 5s"),
+            ("silent", port, "did not answer within 3s"),
             ("refused", refused.getsockname()[1], "refused the connection"),
         ):
             ready = hosts.ssh.sudo(
@@ -374,7 +369,7 @@ def test_a_silent_or_refused_mirror_fails_within_its_bound(hosts):
         hosts.ssh.sudo(address, f"rm -f {source}")
         for s in (silent, refused, *held):
             s.close()
-    rc, said = cuts.finish(hosts, address, step)
+    rc, said, _ = cuts.finish(hosts, address, step)
     assert rc == 0, said
     assert not probe.differences(hosts.converged["agent-1"], probe.fingerprint(hosts.ssh, address))
 

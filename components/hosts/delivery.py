@@ -55,7 +55,8 @@ if [[ ! -f $store/$h ]]; then
   done
 fi
 if [[ ! -f $store/$h && $err == *"No space left on device"* ]]; then
-  echo "error: host script $0 (sha256 $h): $store is full (ENOSPC: $err): free space there, then run pulumi up again" >&2
+  echo "error: host script $0 (sha256 $h): $store is full (ENOSPC: $err): free space there, then run\\
+ pulumi up again" >&2
   exit 1
 elif [[ ! -f $store/$h ]]; then
   echo "error: host script $0 (sha256 $h) is not on this host: not in $store, nor in a bundle in\

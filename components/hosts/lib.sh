@@ -98,14 +98,17 @@ mark() {
 # STEP_LOCK_WAIT seconds (default 900), then fails naming the run that holds it. The lock is a file lock
 # (flock) on /run/ml-platform/steps/NAME.lock: a run cut short releases it with its process.
 step_lock() {
-  local name=$1 dir=${HOST_ROOT:-}/run/ml-platform/steps wait=${STEP_LOCK_WAIT:-900} err holder
+  local name=$1 dir=${HOST_ROOT:-}/run/ml-platform/steps wait=${STEP_LOCK_WAIT:-900} err holder="" fd
   err=$(mkdir -p -- "$dir" 2>&1) || io_fail "create $dir" "$dir" "$err"
   exec {STEP_LOCK_FD}>>"$dir/$name.lock" || io_fail "open $dir/$name.lock" "$dir/$name.lock" ""
   if ! flock -w "$wait" "$STEP_LOCK_FD"; then
-    holder=$(cat "$dir/$name.holder" 2>/dev/null || true)
-    fail "another run of this step ($name) held $dir/$name.lock for ${wait}s${holder:+ (pid and start: $holder)}; it is still running or hung: look at it (ps), then run the step again"
+    # The processes that hold the lock file open (only read on this failure).
+    for fd in /proc/[0-9]*/fd/*; do
+      [[ $(readlink "$fd" 2>/dev/null) == "$dir/$name.lock" && ${fd#/proc/} != "$$/"* ]] && holder+=" ${fd#/proc/}"
+    done
+    holder=$(tr ' ' '\n' <<<"${holder:-}" | cut -d/ -f1 | sort -u | xargs)
+    fail "another run of this step ($name) held $dir/$name.lock for ${wait}s${holder:+ (pids: $holder)}; it is still running or hung: look at it (ps), then run the step again"
   fi
-  printf '%s since %s\n' "$$" "$(date -u +%FT%TZ)" >"$dir/$name.holder" || true
 }
 
 # write_file PATH MODE CONTENT [PENDING_KEY...]: make PATH hold exactly CONTENT, ending in one newline,
@@ -222,8 +225,10 @@ apt_update() {
   why=$(grep -E '^(E|W|Err):' <<<"$out" | head -5 || true)
   case $out in
     *"Connection refused"*) fail "apt-get update: a package mirror refused the connection (nothing listens there; check the sources and the mirror): $why" ;;
+    *"Connection failed"*) # apt 2.6's word for a server that accepted the connection and then sent nothing
+      fail "apt-get update: a package mirror accepted the connection but did not answer within ${APT_TIMEOUT:-30}s per request (a silent mirror): $why" ;;
     *"timed out"* | *"Could not wait for server fd"*)
-      fail "apt-get update: a package mirror accepted the connection or was dialled but did not answer within ${APT_TIMEOUT:-30}s per request (a silent mirror or a dropped route): $why" ;;
+      fail "apt-get update: a package mirror did not answer within ${APT_TIMEOUT:-30}s per request (no answer to the connection: a dropped route or a silent mirror): $why" ;;
     *"Temporary failure resolving"* | *"Could not resolve"*) fail "apt-get update: a package mirror's name does not resolve: $why" ;;
     *"No space left on device"*) io_fail "update the package lists" /var/lib/apt/lists "No space left on device" ;;
     *) fail "apt-get update failed (exit $rc): ${why:-$(tail -5 <<<"$out")}" ;;

@@ -147,23 +147,11 @@ HELD = "/run/ml-platform/held"
 MARKS = "/run/ml-platform/marks"
 
 
-def marks_of(hosts, address: str, step, perturb: str) -> list[str]:
-    """The named points `step` passes on `address` after `perturb` (an operator's edit that gives it work):
-    the step run once with an empty hold file, which makes it log each point it passes and hold at none."""
-    ready = hosts.ssh.sudo(address, f"mkdir -p /run/ml-platform && : > {HOLD} && rm -f {MARKS} && {perturb}")
-    assert ready.returncode == 0, ready.stderr
-    stdin = hosts.stdin_of(step, hosts.first.results) if step.secret_stdin else None
-    rc, out, err, _, _ = hosts.ssh.run(address, step.create, stdin)
-    told = hosts.ssh.sudo(address, f"cat {MARKS} 2>/dev/null; rm -f {HOLD} {MARKS}")
-    assert rc == 0, (step.name, out[-600:], err[-1200:])
-    script = _script_name(step)
-    return [line.split(": ", 1)[1] for line in told.stdout.splitlines() if line.startswith(f"{script}: ")]
-
-
 def cut_at(hosts, address: str, step, point: str) -> tuple[bool, int]:
     """`step` run on `address` until it reaches the named point `point`, where it holds; then cut there as a
     lost session cuts it (its processes on the host killed, then its connection). Returns whether it held
-    there and the exit status the cut left."""
+    there, the exit status the cut left and the named points it passed (lib.sh `mark` logs each one while a
+    hold file exists)."""
     script = _script_name(step)
     hold = hosts.ssh.sudo(
         address, f"mkdir -p /run/ml-platform && rm -f {HELD} && echo {shlex.quote(f'{script}: {point}')} > {HOLD}"
@@ -173,8 +161,12 @@ def cut_at(hosts, address: str, step, point: str) -> tuple[bool, int]:
     try:
         rc, _, _, seen = hosts.ssh.run_cut_when(address, step.create, stdin, f"[ -e {HELD} ]", ":")
     finally:
-        hosts.ssh.sudo(address, f"rm -f {HOLD} {HELD} {MARKS}")
-    return seen, rc
+        told = hosts.ssh.sudo(address, f"cat {MARKS} 2>/dev/null; rm -f {HOLD} {HELD} {MARKS}")
+    return seen, rc, _points(told.stdout, script)
+
+
+def _points(marks: str, script: str) -> list[str]:
+    return [line.split(": ", 1)[1] for line in marks.splitlines() if line.startswith(f"{script}: ")]
 
 
 def _script_name(step) -> str:
@@ -183,8 +175,14 @@ def _script_name(step) -> str:
     return found.group(1)
 
 
-def finish(hosts, address: str, step) -> tuple[int, str]:
-    """`step` run again to its end: its exit status and what it says it changed."""
+def finish(hosts, address: str, step, listing: bool = False) -> tuple[int, str, list[str]]:
+    """`step` run again to its end: its exit status, its output and, with `listing`, the named points it passed
+    (an empty hold file makes it log them and hold at none)."""
     stdin = hosts.stdin_of(step, hosts.first.results) if step.secret_stdin else None
-    rc, out, err, _, _ = hosts.ssh.run(address, step.create, stdin)
-    return rc, out + err[-1500:]
+    if listing:
+        assert hosts.ssh.sudo(address, f"mkdir -p /run/ml-platform && : > {HOLD} && rm -f {MARKS}").returncode == 0
+    try:
+        rc, out, err, _, _ = hosts.ssh.run(address, step.create, stdin)
+    finally:
+        told = hosts.ssh.sudo(address, f"cat {MARKS} 2>/dev/null; rm -f {HOLD} {MARKS}") if listing else None
+    return rc, out + err[-1500:], _points(told.stdout, _script_name(step)) if told else []

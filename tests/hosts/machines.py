@@ -119,6 +119,8 @@ class Lab:
             stderr=log,
         )
         record_pid(STATE / "relay.pid", self.relay.pid)
+        wait_for_port(GATEWAY, 80, 10)
+        self.check_relay()  # listening, and the relay's own (not a process left on the address)
 
     def check_relay(self) -> None:
         """The relay to the Debian mirror still runs: a relay that died fails the run naming it (and its log),

@@ -12,8 +12,8 @@ from tests.hosts import machines
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _sleeper() -> subprocess.Popen:
-    return subprocess.Popen(["sleep", "60"])
+def _sleeper(seconds: str = "60") -> subprocess.Popen:
+    return subprocess.Popen(["sleep", seconds])
 
 
 def test_a_pid_file_naming_a_foreign_process_leaves_it_untouched(tmp_path):
@@ -25,7 +25,7 @@ def test_a_pid_file_naming_a_foreign_process_leaves_it_untouched(tmp_path):
         assert foreign.poll() is None and not bare.exists()
         # A pid file whose recorded start time and command line are another process's: the pid now names
         # a different process (a reused number), which is left alone.
-        other = _sleeper()
+        other = _sleeper("61")  # another command line: its recorded identity is not the foreign process's
         forged = tmp_path / "forged.pid"
         machines.record_pid(forged, other.pid)
         identity = forged.read_text().split(" ", 1)[1]
