@@ -288,7 +288,6 @@ def _gpu_grown(raw):
     raw["nodes"].append(_own_disks(node))
 
 
-HOSTS_PATH = "spec.template.spec.containers[name=check].env[name=HOSTS].value"
 GPU_OUTPUTS = {"acceptance", "gpuNodes", "gpuSchedulable", "gpuTotal"}
 
 
@@ -310,12 +309,10 @@ def test_adding_or_removing_a_node_touches_only_its_own_resources(prod_plan, edi
     assert sorted(u.rsplit("::", 1)[1] for u in result[side]) == sorted(own_names)
     other = "removed" if side == "added" else "added"
     assert sorted(u.rsplit("::", 1)[1] for u in result[other]) == sorted(pairs.get(other, []))
-    # Beyond the node's own resources, only the monitoring check runs again: it proves every host in
-    # the inventory (the new one included, the removed one no longer) reports to Zabbix.
-    # Its Zabbix host is an entry of its group's host set (and of the set's claim); the check waits for the sets,
-    # not for every node's host, so its dependencies stay.
+    # Beyond the node's own resources, only its group's aggregates change: its Zabbix host is an entry of its
+    # group's host set (and of the set's claim). The monitoring check names no host (it asks Zabbix for the
+    # hosts of the sets) and waits for the sets, not for every node's host: it stays as it is.
     expected = {
-        "acceptance-monitoring": [f"inputs.{HOSTS_PATH}"],
         "monitoring-hosts-nodes": [f"inputs.spec.hosts.{node}"],
         "monitoring-hosts-nodes-claim": ["inputs.hosts"],
     }
