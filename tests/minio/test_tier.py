@@ -759,7 +759,9 @@ def test_fresh_host_is_set_up_and_health_checked(nas):
     assert log[-1].startswith("curl -fsS --connect-timeout 5 --max-time 10 --cacert")
     assert log[-1].endswith("/minio/health/cluster")
     # lib.sh's package_manager appends apt's bounds (-o Acquire::http::Timeout=30 ...) to every apt-get call.
-    install = [line for line in log if line.startswith("apt-get install -y -q --no-install-recommends xfsprogs curl chrony")]
+    install = [
+        line for line in log if line.startswith("apt-get install -y -q --no-install-recommends xfsprogs curl chrony")
+    ]
     assert len(install) == 1 and "-o Acquire::http::Timeout=30" in install[0]
     assert log.index(install[0]) < log.index("mkfs.xfs -q -L mlminio-d01 /dev/nasdisk1")
 
