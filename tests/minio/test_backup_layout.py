@@ -18,7 +18,9 @@ def with_sources(*names: str, namespace: str = "research"):
     def mutate(raw):
         template = raw["storage"]["minio"]["backup"]["sources"][1]
         raw["storage"]["minio"]["backup"]["sources"] += [
-            {**template, "name": name, "namespace": namespace} for name in names
+            # each its own claim: one claim backed up by two sources is refused on its own
+            {**template, "name": name, "namespace": namespace, "claimName": f"{name}-data"}
+            for name in names
         ]
 
     return mutate
