@@ -16,7 +16,7 @@ import pytest
 
 from components.minio import objects as minio_objects
 from components.monitoring import objects as zabbix_objects
-from components.monitoring import reader
+from components.monitoring import host_set, reader
 
 # `__provider` as the plans made before the move stored it (the prod plan of the commit before it).
 SAVED_ZABBIX = {
@@ -58,9 +58,11 @@ def test_new_plans_store_the_providers_under_the_same_names(prod_plan):
     }
     # The read-only API user's token came after the move: its provider is stored under the same module.
     assert set(SAVED_ZABBIX.values()) <= stored
-    (added,) = stored - set(SAVED_ZABBIX.values())
-    raw = base64.b64decode(added)
-    assert b"components.zabbix_objects" in raw and type(dill.loads(raw)) is reader.ApiTokenProvider
+    # Since then: the reader's token, and the node groups' host sets with their claims, each a module path of ours.
+    added = [base64.b64decode(value) for value in stored - set(SAVED_ZABBIX.values())]
+    kinds = {type(dill.loads(raw)) for raw in added}
+    assert kinds == {reader.ApiTokenProvider, host_set.HostSetProvider, host_set.HostClaimProvider}
+    assert all(b"components.zabbix_objects" in raw or b"components.monitoring.host_set" in raw for raw in added)
     for provider in (minio_objects.BucketProvider(), minio_objects.UserProvider()):
         assert (
             dill.dumps(provider, protocol=pickle.DEFAULT_PROTOCOL, recurse=True).find(b"components.minio_objects") > 0
