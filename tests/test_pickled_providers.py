@@ -15,8 +15,8 @@ import dill
 import pytest
 
 from components.minio import objects as minio_objects
-from components.monitoring import objects as zabbix_objects
 from components.monitoring import host_set, reader
+from components.monitoring import objects as zabbix_objects
 
 # `__provider` as the plans made before the move stored it (the prod plan of the commit before it).
 SAVED_ZABBIX = {
