@@ -162,10 +162,10 @@ def cut_at(hosts, address: str, step, point: str) -> tuple[bool, int]:
         rc, _, _, seen = hosts.ssh.run_cut_when(address, step.create, stdin, f"[ -e {HELD} ]", ":")
     finally:
         told = hosts.ssh.sudo(address, f"cat {MARKS} 2>/dev/null; rm -f {HOLD} {HELD} {MARKS}")
-    return seen, rc, _points(told.stdout, script)
+    return seen, rc, _marks_of(told.stdout, script)
 
 
-def _points(marks: str, script: str) -> list[str]:
+def _marks_of(marks: str, script: str) -> list[str]:
     return [line.split(": ", 1)[1] for line in marks.splitlines() if line.startswith(f"{script}: ")]
 
 
@@ -185,4 +185,4 @@ def finish(hosts, address: str, step, listing: bool = False) -> tuple[int, str, 
         rc, out, err, _, _ = hosts.ssh.run(address, step.create, stdin)
     finally:
         told = hosts.ssh.sudo(address, f"cat {MARKS} 2>/dev/null; rm -f {HOLD} {MARKS}") if listing else None
-    return rc, out + err[-1500:], _points(told.stdout, _script_name(step)) if told else []
+    return rc, out + err[-1500:], _marks_of(told.stdout, _script_name(step)) if told else []
